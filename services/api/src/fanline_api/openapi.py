@@ -1,0 +1,169 @@
+"""The OpenAPI 3.1 document served at ``/openapi.json``.
+
+Written out by hand from api.md (the routes are few and the contract is
+prose-first); ``tests/unit/test_openapi.py`` checks that every route the
+gateway serves is described and vice versa.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fanline_shared.domain import BODY_MAX, LIMIT_DEFAULT, LIMIT_MAX, PASSWORD_MAX, PASSWORD_MIN
+
+TIME = {"type": "string", "format": "date-time", "examples": ["2026-11-22T10:15:30.123456Z"]}
+USERNAME = {"type": "string", "pattern": "^[A-Za-z0-9_]{1,15}$"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(_ref("Error"), description)
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {
+        400: "Malformed JSON or cursor", 401: "Missing, malformed, expired or revoked token",
+        403: "Acting on someone else's resource", 404: "Unknown user or tweet",
+        409: "Username already taken", 413: "Body over 64 KiB", 422: "Breaks a validation rule",
+        429: "Rate limited (Retry-After set)", 503: "A dependency is unavailable (Retry-After set)",
+    }
+    out = {str(s): _error(text[s]) for s in statuses}
+    out.setdefault("503", _error(text[503]))
+    return out
+
+
+PATH_USERNAME = {"name": "username", "in": "path", "required": True, "schema": USERNAME}
+PATH_TARGET = {"name": "target", "in": "path", "required": True, "schema": USERNAME}
+PATH_TWEET = {"name": "tweet_id", "in": "path", "required": True,
+              "schema": {"type": "string", "format": "uuid"}, "description": "Version-1 UUID"}
+LIMIT = {"name": "limit", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT}}
+CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
+          "description": "The previous page's next_cursor, unchanged"}
+AUTH = [{"bearer": []}]
+
+
+def _timeline(summary: str, params: list[dict[str, Any]], auth: bool, extra: tuple[int, ...] = ()) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "parameters": [*params, LIMIT, CURSOR],
+        "responses": {"200": _json(_ref("TweetPage"), "A page, newest first"), **_errors(400, 422, *extra)},
+    }
+    if auth:
+        op["security"] = AUTH
+    return {"get": op}
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    schemas: dict[str, Any] = {
+        "Error": {
+            "type": "object", "required": ["error"],
+            "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}}}},
+        },
+        "User": {
+            "type": "object",
+            "required": ["username", "created_at", "followers_count", "following_count", "tweets_count"],
+            "properties": {"username": USERNAME, "created_at": TIME, "followers_count": {"type": "integer"},
+                           "following_count": {"type": "integer"}, "tweets_count": {"type": "integer"}},
+        },
+        "UserList": {"type": "object", "required": ["items"],
+                     "properties": {"items": {"type": "array", "items": _ref("User")}}},
+        "Credentials": {
+            "type": "object", "required": ["username", "password"],
+            "properties": {"username": USERNAME,
+                           "password": {"type": "string", "minLength": PASSWORD_MIN, "maxLength": PASSWORD_MAX}},
+        },
+        "Session": {"type": "object", "required": ["token", "username", "expires_at"],
+                    "properties": {"token": {"type": "string"}, "username": USERNAME, "expires_at": TIME}},
+        "Edge": {"type": "object", "required": ["username", "since"],
+                 "properties": {"username": USERNAME, "since": TIME}},
+        "EdgePage": {"type": "object", "required": ["items", "next_cursor"], "properties": {
+            "items": {"type": "array", "items": _ref("Edge")},
+            "next_cursor": {"type": ["string", "null"]}}},
+        "NewTweet": {"type": "object", "required": ["body"], "properties": {
+            "body": {"type": "string", "description": f"1-{BODY_MAX} code points after trimming"}}},
+        "Tweet": {"type": "object", "required": ["id", "username", "body", "created_at"], "properties": {
+            "id": {"type": "string", "format": "uuid"}, "username": USERNAME,
+            "body": {"type": "string"}, "created_at": TIME}},
+        "TweetPage": {"type": "object", "required": ["items", "next_cursor"], "properties": {
+            "items": {"type": "array", "items": _ref("Tweet")},
+            "next_cursor": {"type": ["string", "null"]}}},
+    }
+    ops_ok = {"200": {"description": "OK"}}
+    paths: dict[str, Any] = {
+        "/v1/users": {
+            "post": {"summary": "Sign up",
+                     "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Credentials")}}},
+                     "responses": {"201": _json(_ref("User"), "Created"), **_errors(400, 409, 413, 422, 429)}},
+            "get": {"summary": "Look up users by name (in the order asked) or by prefix",
+                    "parameters": [
+                        {"name": "usernames", "in": "query", "schema": {"type": "string"},
+                         "description": "Comma-separated, at most 100"},
+                        {"name": "prefix", "in": "query", "schema": {"type": "string"},
+                         "description": "Find users whose name starts with this (extension)"},
+                        LIMIT],
+                    "responses": {"200": _json(_ref("UserList"), "Found users"), **_errors(422)}},
+        },
+        "/v1/users/{username}": {"get": {"summary": "A user", "parameters": [PATH_USERNAME],
+                                         "responses": {"200": _json(_ref("User"), "The user"), **_errors(404)}}},
+        "/v1/users/{username}/following": {"get": {
+            "summary": "Accounts this user follows", "parameters": [PATH_USERNAME, LIMIT, CURSOR],
+            "responses": {"200": _json(_ref("EdgePage"), "A page"), **_errors(400, 404, 422)}}},
+        "/v1/users/{username}/followers": {"get": {
+            "summary": "Accounts following this user", "parameters": [PATH_USERNAME, LIMIT, CURSOR],
+            "responses": {"200": _json(_ref("EdgePage"), "A page"), **_errors(400, 404, 422)}}},
+        "/v1/users/{username}/following/{target}": {
+            "put": {"summary": "Follow (idempotent)", "security": AUTH, "parameters": [PATH_USERNAME, PATH_TARGET],
+                    "responses": {"204": {"description": "Following"}, **_errors(401, 403, 404, 422)}},
+            "delete": {"summary": "Unfollow (idempotent)", "security": AUTH,
+                       "parameters": [PATH_USERNAME, PATH_TARGET],
+                       "responses": {"204": {"description": "Not following"}, **_errors(401, 403, 404, 422)}},
+        },
+        "/v1/users/{username}/tweets": _timeline("The user's tweets (userline)", [PATH_USERNAME], False, (404,)),
+        "/v1/sessions": {"post": {
+            "summary": "Log in",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Credentials")}}},
+            "responses": {"200": _json(_ref("Session"), "A session token"), **_errors(400, 401, 413, 429)}}},
+        "/v1/sessions/current": {"delete": {"summary": "Log out (revoke the token)", "security": AUTH,
+                                            "responses": {"204": {"description": "Revoked"}, **_errors(401)}}},
+        "/v1/tweets": {"post": {
+            "summary": "Post a tweet", "security": AUTH,
+            "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+                            "description": "Repeats within 24 h return the first tweet"}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("NewTweet")}}},
+            "responses": {"201": _json(_ref("Tweet"), "Created"),
+                          "200": _json(_ref("Tweet"), "Repeat of an Idempotency-Key: the first tweet"),
+                          **_errors(400, 401, 413, 422, 429)}}},
+        "/v1/tweets/{tweet_id}": {
+            "get": {"summary": "A tweet", "parameters": [PATH_TWEET],
+                    "responses": {"200": _json(_ref("Tweet"), "The tweet"), **_errors(404)}},
+            "delete": {"summary": "Delete your tweet", "security": AUTH, "parameters": [PATH_TWEET],
+                       "responses": {"204": {"description": "Deleted"}, **_errors(401, 403, 404)}},
+        },
+        "/v1/timeline": _timeline("Your home timeline", [], True, (401,)),
+        "/v1/public": _timeline("The public timeline", [], False),
+        "/healthz": {"get": {"summary": "Liveness", "responses": ops_ok}},
+        "/readyz": {"get": {"summary": "Readiness (dependencies named when failing)",
+                            "responses": {"200": {"description": "Ready"}, "503": _error("Not ready")}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics",
+                             "responses": {"200": {"description": "text/plain exposition format"}}}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": ops_ok}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Fanline API", "version": version,
+                 "description": "Twitter-style timelines on Cassandra and Kafka. See api.md."},
+        "servers": [{"url": "http://127.0.0.1:8000"}],
+        "paths": paths,
+        "components": {"schemas": schemas,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }

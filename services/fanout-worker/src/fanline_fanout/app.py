@@ -1,0 +1,178 @@
+"""The fan-out worker's composition root: a faust-streaming app.
+
+Delivery guarantees, and the faust pitfalls they work around:
+
+* ``concurrency=1`` per agent: faust can commit past an in-flight message with
+  more (faust-streaming #606). Parallelism comes from partitions and replicas.
+* faust acks a message when the agent asks for the next one, and commits acked
+  offsets periodically, so an offset is committed only after its rows were
+  written. A crash mid-fan-out redelivers the event; rows are keyed by
+  ``(owner, tweet_id)``, so the rewrite creates no duplicates.
+* If an agent raises, faust acks the message and moves on (the event would be
+  silently lost), so every event is handled inside ``process`` and never
+  raises: transient errors (a peer or Cassandra unavailable) are retried with
+  backoff for as long as it takes — the partition waits, keeping per-author
+  order — and an event that can never succeed goes to the dead-letter topic
+  with its error, so the partition keeps moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from fanline_shared import events, metrics
+from fanline_shared.errors import DomainError, Unavailable
+from fanline_shared.peers import SocialGraphClient, TweetStoreClient
+from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
+
+from . import __version__
+from .config import Settings
+from .handlers import FanoutHandlers
+
+SERVICE = "fanout-worker"
+log = logging.getLogger(__name__)
+
+
+class Processor:
+    """Turns one raw message into handler calls, retries or a dead letter."""
+
+    def __init__(self, handlers: FanoutHandlers, dead_letter: Any, max_attempts: int) -> None:
+        self._handlers = handlers
+        self._dead_letter = dead_letter
+        self._unexpected = RetryPolicy("fanout_unexpected", attempts=max_attempts,
+                                       base_delay_s=0.2, max_delay_s=2.0)
+
+    async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> None:
+        try:
+            event = events.decode(value)
+        except events.InvalidEvent as exc:
+            await self._to_dead_letter(key, value, "invalid_event", str(exc), origin)
+            return
+        kind = event.type
+        started = time.perf_counter()
+
+        def count_retry(_attempt: int, exc: BaseException) -> None:
+            metrics.EVENT_RETRIES.labels(kind).inc()
+            log.warning("transient failure on %s %s, retrying: %s", kind, event.event_id, exc)
+
+        async def transient_retries() -> None:
+            await retry(FANOUT_TRANSIENT, lambda: self._handlers.apply(event),
+                        retry_on=(Unavailable,), on_retry=count_retry)
+
+        try:
+            # Unavailable: retried forever inside; anything else unexpected:
+            # retried a few times (a bug or a poison event), then dead-lettered.
+            await retry(self._unexpected, transient_retries, retry_on=(Exception,), on_retry=count_retry)
+        except asyncio.CancelledError:
+            raise
+        except DomainError as exc:
+            metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
+            await self._to_dead_letter(key, value, exc.code, exc.message, origin)
+            return
+        except Exception as exc:  # noqa: BLE001 - must never escape into faust
+            metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
+            await self._to_dead_letter(key, value, "error", f"{type(exc).__name__}: {exc}", origin)
+            return
+        metrics.FANOUT_DURATION.labels(kind).observe(time.perf_counter() - started)
+        metrics.EVENTS_CONSUMED.labels(kind, "ok").inc()
+
+    async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str,
+                              origin: dict[str, str]) -> None:
+        log.error("dead-lettering event (%s): %s", reason, detail)
+        metrics.DEAD_LETTERED.labels(reason).inc()
+        headers = {"error.reason": reason.encode(), "error.detail": detail[:2000].encode()}
+        headers.update({f"origin.{k}": v.encode() for k, v in origin.items()})
+        fut = await self._dead_letter.send(key=key, value=value, headers=headers)
+        await fut  # the dead letter is durable before the offset moves on
+
+
+def create_app(settings: Settings) -> faust.App:
+    app = faust.App(
+        settings.group_id,
+        broker=";".join(f"kafka://{b.strip()}" for b in settings.kafka.bootstrap.split(",")),
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=settings.kafka.partitions,
+        topic_replication_factor=settings.kafka.replication_factor,
+        topic_disable_leader=True,  # no extra internal topic to create
+        consumer_auto_offset_reset="earliest",  # events published before the first start count
+        broker_commit_interval=settings.commit_interval_s,
+        producer_acks=-1,
+        store="memory://",
+        web_enabled=True,
+        web_bind=settings.http.host,
+        web_port=settings.http.port,
+        web_host=settings.http.host,
+        version=1,
+    )
+    events_topic = app.topic(settings.kafka.events_topic, partitions=settings.kafka.partitions,
+                             key_serializer="raw", value_serializer="raw")
+    dead_letter = app.topic(settings.kafka.dlq_topic, partitions=settings.kafka.partitions,
+                            key_serializer="raw", value_serializer="raw")
+    social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
+    tweets = TweetStoreClient(SERVICE, settings.peers.tweet_store_url, settings.peers.timeout_s)
+    handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
+                              pages_in_flight=settings.pages_in_flight)
+    processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
+    metrics.set_build_info(SERVICE, __version__)
+
+    @app.agent(events_topic, concurrency=1)
+    async def fanout(stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
+            await processor.process(event.key, event.value, origin)
+
+    @app.timer(interval=5.0)
+    async def report_lag() -> None:
+        consumer = app.consumer
+        committed = getattr(consumer, "_committed_offset", {})
+        for tp in consumer.assignment():
+            if not isinstance(tp, TP) or tp.topic != settings.kafka.events_topic:
+                continue
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            done = committed.get(tp)
+            lag = high - (done + 1 if done is not None else 0)
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, lag))
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        return web.json({"status": "ok", "service": SERVICE})
+
+    @app.page("/readyz")
+    async def readyz(web: Any, request: Any) -> Any:
+        failing: dict[str, str] = {}
+        for name, client in (("social-graph", social), ("tweet-store", tweets)):
+            try:
+                await client.call("GET", "/healthz", operation="healthz", policy=None)
+            except DomainError as exc:
+                failing[name] = exc.message
+        if not app.consumer.assignment() and not failing:
+            # Not necessarily an error (more replicas than partitions), but
+            # this replica is doing nothing: say so.
+            return web.json({"status": "ready", "service": SERVICE, "assigned_partitions": 0})
+        if failing:
+            names = ", ".join(sorted(failing))
+            return web.json(
+                {"error": {"code": "unavailable", "message": f"not ready: {names} unavailable"},
+                 "dependencies": failing},
+                status=503,
+            )
+        return web.json({"status": "ready", "service": SERVICE,
+                         "assigned_partitions": len(app.consumer.assignment())})
+
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        payload, content_type = metrics.render()
+        return web.bytes(payload, content_type=content_type.split(";")[0])
+
+    app.fanline_clients = (social, tweets)  # type: ignore[attr-defined]
+    return app

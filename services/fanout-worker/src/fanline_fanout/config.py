@@ -1,0 +1,38 @@
+"""fan-out worker settings, resolved once from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
+
+
+@dataclass(frozen=True)
+class Settings:
+    http: HttpSettings
+    kafka: KafkaSettings
+    peers: PeerSettings
+    group_id: str
+    follower_page_size: int
+    pages_in_flight: int
+    max_unexpected_attempts: int
+    commit_interval_s: float
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        env = Env(environ)
+        return cls(
+            http=HttpSettings.from_env(env, "WORKER", 8003),
+            kafka=KafkaSettings.from_env(env),
+            peers=PeerSettings.from_env(env),
+            group_id=env.str("FANLINE_WORKER_GROUP", "fanline-fanout"),
+            # Followers fetched per page and written per tweet-store call.
+            follower_page_size=env.int("FANLINE_FANOUT_PAGE_SIZE", 1000, minimum=1),
+            # Pages being written while the next page is fetched.
+            pages_in_flight=env.int("FANLINE_FANOUT_PAGES_IN_FLIGHT", 4, minimum=1),
+            # An event failing with an unexpected (non-transient) error this many
+            # times goes to the dead-letter topic.
+            max_unexpected_attempts=env.int("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
+            commit_interval_s=env.float("FANLINE_COMMIT_INTERVAL_S", 1.0),
+        )

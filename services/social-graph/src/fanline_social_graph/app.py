@@ -1,0 +1,152 @@
+"""social-graph composition root and internal HTTP API.
+
+Only the gateway and the fan-out worker call this API; it is not public. The
+storage adapters are created in the lifespan, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from argon2 import PasswordHasher
+from argon2.profiles import RFC_9106_LOW_MEMORY
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fanline_shared import metrics
+from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP
+from fanline_shared.errors import BadRequest, InvalidInput
+from fanline_shared.outbox import outbox_routes
+from fanline_shared.peers import event_to_json
+from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+
+from . import __version__
+from .adapters import SocialGraphStorage, build_storage
+from .config import Settings
+from .service import SocialGraph, edge_json
+
+SERVICE = "social-graph"
+INTERNAL_PAGE_MAX = 10_000  # the fan-out worker pages followers in big pages
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _int_param(request: Request, name: str, default: int, maximum: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer", code=f"invalid_{name}") from None
+    if not 1 <= value <= maximum:
+        raise InvalidInput(f"{name} must be 1-{maximum}", code=f"invalid_{name}")
+    return value
+
+
+def create_app(settings: Settings, storage: SocialGraphStorage | None = None) -> Starlette:
+    """Build the app; ``storage`` may be injected by tests."""
+
+    def graph(request: Request) -> SocialGraph:
+        return request.app.state.graph  # type: ignore[no-any-return]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        store = storage or build_storage(settings.storage)
+        await store.start()
+        hasher = PasswordHasher(
+            time_cost=settings.argon2_time_cost,
+            memory_cost=settings.argon2_memory_kib,
+            parallelism=settings.argon2_parallelism,
+            hash_len=RFC_9106_LOW_MEMORY.hash_len,
+            salt_len=RFC_9106_LOW_MEMORY.salt_len,
+        )
+        app.state.storage = store
+        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s)
+        metrics.set_build_info(SERVICE, __version__)
+        try:
+            yield
+        finally:
+            await store.close()
+
+    async def create_user(request: Request) -> Response:
+        body = await read_json_object(request)
+        user = await graph(request).sign_up(body.get("username"), body.get("password"))
+        profile = (await graph(request).profiles([user.username]))[0]
+        return json_response(profile, 201)
+
+    async def get_user(request: Request) -> Response:
+        return json_response(await graph(request).profile(request.path_params["username"]))
+
+    async def list_users(request: Request) -> Response:
+        if "prefix" in request.query_params:
+            limit = _int_param(request, "limit", 20, 100)
+            return json_response({"items": await graph(request).search(request.query_params["prefix"], limit)})
+        raw = request.query_params.get("usernames", "")
+        names = [n.strip() for n in raw.split(",") if n.strip()]
+        if len(names) > MAX_USERNAMES_PER_LOOKUP:
+            raise InvalidInput(f"at most {MAX_USERNAMES_PER_LOOKUP} usernames", code="invalid_usernames")
+        return json_response({"items": await graph(request).profiles(names)})
+
+    async def login(request: Request) -> Response:
+        body = await read_json_object(request)
+        return json_response(await graph(request).login(body.get("username"), body.get("password")))
+
+    async def current_session(request: Request) -> Response:
+        return json_response({"username": await graph(request).authenticate(_bearer(request))})
+
+    async def logout(request: Request) -> Response:
+        await graph(request).logout(_bearer(request))
+        return Response(status_code=204)
+
+    async def follow(request: Request) -> Response:
+        p = request.path_params
+        created, event = await graph(request).follow(p["username"], p["target"])
+        return json_response({"changed": created, "event": event_to_json(event)})
+
+    async def unfollow(request: Request) -> Response:
+        p = request.path_params
+        removed, event = await graph(request).unfollow(p["username"], p["target"])
+        return json_response({"changed": removed, "event": event_to_json(event)})
+
+    async def is_following(request: Request) -> Response:
+        p = request.path_params
+        return json_response({"following": await graph(request).is_following(p["username"], p["target"])})
+
+    def edges_handler(direction: str):  # type: ignore[no-untyped-def]
+        async def handler(request: Request) -> Response:
+            limit = _int_param(request, "limit", 20, INTERNAL_PAGE_MAX)
+            after = request.query_params.get("after") or None
+            if after is not None and len(after) > 15:
+                raise BadRequest("invalid cursor", code="invalid_cursor")
+            items, nxt = await graph(request).edges(request.path_params["username"], direction, limit, after)
+            return json_response({"items": [edge_json(e) for e in items], "next": nxt})
+
+        return handler
+
+    async def ping_storage() -> None:
+        await app.state.storage.ping()
+
+    routes = [
+        route(SERVICE, "/internal/users", create_user, ["POST"]),
+        route(SERVICE, "/internal/users", list_users, ["GET"]),
+        route(SERVICE, "/internal/users/{username}", get_user, ["GET"]),
+        route(SERVICE, "/internal/users/{username}/following", edges_handler("following"), ["GET"]),
+        route(SERVICE, "/internal/users/{username}/followers", edges_handler("followers"), ["GET"]),
+        route(SERVICE, "/internal/users/{username}/following/{target}", follow, ["PUT"]),
+        route(SERVICE, "/internal/users/{username}/following/{target}", unfollow, ["DELETE"]),
+        route(SERVICE, "/internal/users/{username}/following/{target}", is_following, ["GET"]),
+        route(SERVICE, "/internal/sessions", login, ["POST"]),
+        route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
+        route(SERVICE, "/internal/sessions/current", logout, ["DELETE"]),
+        *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
+        *ops_routes(SERVICE, {"storage": ping_storage}),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    return app

@@ -1,0 +1,183 @@
+"""The social-graph service layer: sign-up, log-in, sessions and follows.
+
+Storage goes through the ports in ``fanline_shared.ports``; this module holds
+the rules (validation, hashing, who may do what) and knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+from fanline_shared import events, metrics
+from fanline_shared.domain import (
+    Edge,
+    OutboxEvent,
+    User,
+    canonical,
+    is_valid_username,
+    to_rfc3339,
+    utcnow,
+    validate_password,
+    validate_username,
+)
+from fanline_shared.errors import InvalidInput, NotFound, Unauthorized
+
+from .adapters import SocialGraphStorage
+
+# Verified against when the username is unknown, so a failed log-in takes the
+# same time whether or not the user exists.
+_DUMMY_PASSWORD = "not-a-real-password-" + secrets.token_hex(8)
+
+
+def token_hash(token: str) -> str:
+    """Sessions are stored by the SHA-256 of the token, never the token."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class SocialGraph:
+    def __init__(self, storage: SocialGraphStorage, hasher: PasswordHasher, session_ttl_s: int) -> None:
+        self._storage = storage
+        self._hasher = hasher
+        self._session_ttl = timedelta(seconds=session_ttl_s)
+        self._dummy_hash = hasher.hash(_DUMMY_PASSWORD)
+
+    # --- users ----------------------------------------------------------------
+
+    async def sign_up(self, username: object, password: object) -> User:
+        name = validate_username(username)
+        secret = validate_password(password)
+        # argon2 is deliberately slow: hash off the event loop.
+        password_hash = await asyncio.to_thread(self._hasher.hash, secret)
+        user = await self._storage.users.create(name, password_hash, utcnow())
+        metrics.USERS_CREATED.inc()
+        return user
+
+    async def profile(self, username: str) -> dict[str, Any]:
+        user = await self._storage.users.get(username) if is_valid_username(username) else None
+        if user is None:
+            raise NotFound(f"no user named '{username}'", code="user_not_found")
+        return (await self._with_counts([user]))[0]
+
+    async def profiles(self, usernames: Sequence[str]) -> list[dict[str, Any]]:
+        """Profiles in the order asked; unknown or invalid names left out."""
+        valid = [u for u in usernames if is_valid_username(u)]
+        found = await self._storage.users.get_many(valid)
+        ordered: list[User] = []
+        seen: set[str] = set()
+        for name in valid:
+            user = found.get(canonical(name))
+            if user is not None and canonical(name) not in seen:
+                seen.add(canonical(name))
+                ordered.append(user)
+        return await self._with_counts(ordered)
+
+    async def search(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        if not prefix or len(prefix) > 15 or not is_valid_username(prefix):
+            return []
+        users = await self._storage.users.search_prefix(canonical(prefix), limit)
+        return await self._with_counts(users)
+
+    async def _with_counts(self, users: list[User]) -> list[dict[str, Any]]:
+        counts = await self._storage.follows.counts([u.username for u in users]) if users else {}
+        out = []
+        for user in users:
+            followers, following = counts.get(canonical(user.username), (0, 0))
+            out.append(
+                {
+                    "username": user.username,
+                    "created_at": to_rfc3339(user.created_at),
+                    "followers_count": followers,
+                    "following_count": following,
+                }
+            )
+        return out
+
+    # --- sessions -------------------------------------------------------------
+
+    async def login(self, username: object, password: object) -> dict[str, Any]:
+        failure = Unauthorized("wrong username or password", code="unauthorized")
+        if not isinstance(username, str) or not isinstance(password, str) or len(password) > 1024:
+            raise failure
+        found = await self._storage.users.credentials(username) if is_valid_username(username) else None
+        stored_hash = found[1] if found else self._dummy_hash
+        try:
+            await asyncio.to_thread(self._hasher.verify, stored_hash, password)
+            ok = found is not None
+        except (VerificationError, InvalidHashError):
+            ok = False
+        if not ok or found is None:
+            metrics.LOGINS.labels("failure").inc()
+            raise failure
+        user = found[0]
+        token = secrets.token_urlsafe(32)
+        expires_at = utcnow() + self._session_ttl
+        await self._storage.sessions.create(token_hash(token), user.username, expires_at)
+        metrics.LOGINS.labels("success").inc()
+        return {"token": token, "username": user.username, "expires_at": to_rfc3339(expires_at)}
+
+    async def authenticate(self, token: str | None) -> str:
+        if not token or len(token) > 200:
+            raise Unauthorized("missing or malformed token", code="unauthorized")
+        session = await self._storage.sessions.get(token_hash(token))
+        if session is None:
+            raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
+        return session.username
+
+    async def logout(self, token: str | None) -> None:
+        await self.authenticate(token)
+        assert token is not None
+        await self._storage.sessions.revoke(token_hash(token))
+
+    # --- follows --------------------------------------------------------------
+
+    async def follow(self, follower: str, followee: str) -> tuple[bool, OutboxEvent]:
+        source, target = await self._pair(follower, followee)
+        event = events.followed(source.username, target.username)
+        created = await self._storage.follows.follow(source.username, target.username, utcnow(), event)
+        return created, event
+
+    async def unfollow(self, follower: str, followee: str) -> tuple[bool, OutboxEvent]:
+        source, target = await self._pair(follower, followee)
+        event = events.unfollowed(source.username, target.username)
+        removed = await self._storage.follows.unfollow(source.username, target.username, event)
+        return removed, event
+
+    async def _pair(self, follower: str, followee: str) -> tuple[User, User]:
+        if canonical(follower) == canonical(followee):
+            raise InvalidInput("you cannot follow yourself", code="cannot_follow_self")
+        found = await self._storage.users.get_many(
+            [n for n in (follower, followee) if is_valid_username(n)]
+        )
+        source, target = found.get(canonical(follower)), found.get(canonical(followee))
+        if source is None:
+            raise NotFound(f"no user named '{follower}'", code="user_not_found")
+        if target is None:
+            raise NotFound(f"no user named '{followee}'", code="user_not_found")
+        return source, target
+
+    async def is_following(self, follower: str, followee: str) -> bool:
+        return await self._storage.follows.is_following(follower, followee)
+
+    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> tuple[list[Edge], str | None]:
+        """One page of following/followers and the ``after`` of the next page."""
+        await self.profile(username)  # 404 for unknown users
+        repo = self._storage.follows
+        fetch = repo.following if direction == "following" else repo.followers
+        items = await fetch(username, limit + 1, after)
+        page, more = items[:limit], len(items) > limit
+        return page, (canonical(page[-1].username) if more and page else None)
+
+
+def edge_json(edge: Edge) -> dict[str, str]:
+    return {"username": edge.username, "since": to_rfc3339(edge.since)}
+
+
+__all__ = ["SocialGraph", "edge_json", "token_hash", "datetime"]

@@ -1,0 +1,171 @@
+"""tweet-store composition root and internal HTTP API.
+
+Called by the gateway (tweets, timelines) and the fan-out worker (home-timeline
+rows). Storage is created in the lifespan, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fanline_shared import metrics
+from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_tweet_id
+from fanline_shared.errors import BadRequest, InvalidInput, NotFound
+from fanline_shared.outbox import outbox_routes
+from fanline_shared.peers import event_to_json
+from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+
+from . import __version__
+from .adapters import TweetStoreStorage, build_storage
+from .config import Settings
+from .service import TweetStore, tweet_json
+
+SERVICE = "tweet-store"
+MAX_OWNERS_PER_CALL = 10_000
+
+
+def _tweet_id(raw: str) -> uuid.UUID:
+    value = parse_tweet_id(raw)
+    if value is None:
+        raise NotFound(f"no tweet {raw[:64]}", code="tweet_not_found")
+    return value
+
+
+def _limit(request: Request) -> int:
+    try:
+        value = int(request.query_params.get("limit", "20"))
+    except ValueError:
+        raise InvalidInput("limit must be an integer", code="invalid_limit") from None
+    if not 1 <= value <= 1000:
+        raise InvalidInput("limit must be 1-1000", code="invalid_limit")
+    return value
+
+
+def _before(request: Request) -> uuid.UUID | None:
+    raw = request.query_params.get("before")
+    if not raw:
+        return None
+    value = parse_tweet_id(raw)
+    if value is None:
+        raise BadRequest("malformed cursor", code="invalid_cursor")
+    return value
+
+
+def _owners(body: dict[str, Any]) -> list[str]:
+    owners = body.get("owners")
+    if not isinstance(owners, list) or len(owners) > MAX_OWNERS_PER_CALL or not all(
+        isinstance(o, str) and is_valid_username(o) for o in owners
+    ):
+        raise InvalidInput("owners must be a list of usernames", code="invalid_owners")
+    return owners
+
+
+def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> Starlette:
+    def store(request: Request) -> TweetStore:
+        return request.app.state.store  # type: ignore[no-any-return]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        s = storage or build_storage(settings.storage, home_retention_s=settings.home_retention_s)
+        await s.start()
+        app.state.storage = s
+        app.state.store = TweetStore(
+            s,
+            retention_s=settings.home_retention_s,
+            idempotency_ttl_s=settings.idempotency_ttl_s,
+            merge_count=settings.follow_merge_count,
+        )
+        metrics.set_build_info(SERVICE, __version__)
+        try:
+            yield
+        finally:
+            await s.close()
+
+    async def create_tweet(request: Request) -> Response:
+        body = await read_json_object(request)
+        key = body.get("idempotency_key")
+        if key is not None and not isinstance(key, str):
+            raise InvalidInput("idempotency_key must be a string", code="invalid_idempotency_key")
+        username = body.get("username")
+        if not isinstance(username, str):
+            raise InvalidInput("username required", code="invalid_username")
+        tweet, created, event = await store(request).post(username, body.get("body"), key)
+        return json_response(
+            {"tweet": tweet_json(tweet), "created": created, "event": event_to_json(event)},
+            201 if created else 200,
+        )
+
+    async def get_tweet(request: Request) -> Response:
+        tweet = await store(request).get(_tweet_id(request.path_params["tweet_id"]))
+        return json_response(tweet_json(tweet))
+
+    async def delete_tweet(request: Request) -> Response:
+        actor = request.query_params.get("actor", "")
+        event = await store(request).delete(_tweet_id(request.path_params["tweet_id"]), actor)
+        return json_response({"event": event_to_json(event)})
+
+    def timeline(kind: str):  # type: ignore[no-untyped-def]
+        async def handler(request: Request) -> Response:
+            owner = request.path_params.get("username")
+            items, nxt = await store(request).page(kind, owner, _limit(request), _before(request))
+            return json_response({"items": [tweet_json(t) for t in items], "next": nxt})
+
+        return handler
+
+    async def counts(request: Request) -> Response:
+        names = [n for n in request.query_params.get("usernames", "").split(",") if n]
+        if len(names) > MAX_USERNAMES_PER_LOOKUP:
+            raise InvalidInput("too many usernames", code="invalid_usernames")
+        return json_response({"counts": await store(request).counts(names)})
+
+    async def home_add(request: Request) -> Response:
+        body = await read_json_object(request, max_bytes=1024 * 1024)
+        author = body.get("author")
+        if not isinstance(author, str) or not is_valid_username(author):
+            raise InvalidInput("author must be a username", code="invalid_author")
+        await store(request).home_add(_tweet_id(str(body.get("tweet_id"))), author, _owners(body))
+        return Response(status_code=204)
+
+    async def home_remove(request: Request) -> Response:
+        body = await read_json_object(request, max_bytes=1024 * 1024)
+        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), _owners(body))
+        return Response(status_code=204)
+
+    async def home_merge(request: Request) -> Response:
+        body = await read_json_object(request)
+        author = str(body.get("author", ""))
+        merged = await store(request).home_merge(request.path_params["username"], author)
+        return json_response({"merged": merged})
+
+    async def home_purge(request: Request) -> Response:
+        body = await read_json_object(request)
+        author = str(body.get("author", ""))
+        removed = await store(request).home_purge(request.path_params["username"], author)
+        return json_response({"removed": removed})
+
+    async def ping_storage() -> None:
+        await app.state.storage.ping()
+
+    routes = [
+        route(SERVICE, "/internal/tweets", create_tweet, ["POST"]),
+        route(SERVICE, "/internal/tweets/{tweet_id}", get_tweet, ["GET"]),
+        route(SERVICE, "/internal/tweets/{tweet_id}", delete_tweet, ["DELETE"]),
+        route(SERVICE, "/internal/userline/{username}", timeline("user"), ["GET"]),
+        route(SERVICE, "/internal/public", timeline("public"), ["GET"]),
+        route(SERVICE, "/internal/home/{username}", timeline("home"), ["GET"]),
+        route(SERVICE, "/internal/home/add", home_add, ["POST"]),
+        route(SERVICE, "/internal/home/remove", home_remove, ["POST"]),
+        route(SERVICE, "/internal/home/{username}/merge", home_merge, ["POST"]),
+        route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
+        route(SERVICE, "/internal/counts", counts, ["GET"]),
+        *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
+        *ops_routes(SERVICE, {"storage": ping_storage}),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)

@@ -1,0 +1,30 @@
+"""tweet-store settings, resolved once from the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fanline_shared.config import Env, HttpSettings, StorageSettings
+
+
+@dataclass(frozen=True)
+class Settings:
+    http: HttpSettings
+    storage: StorageSettings
+    home_retention_s: int
+    idempotency_ttl_s: int
+    follow_merge_count: int
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        env = Env(environ)
+        return cls(
+            http=HttpSettings.from_env(env, "TWEET_STORE", 8002),
+            storage=StorageSettings.from_env(env),
+            # Home-timeline rows expire this long after the tweet was created.
+            home_retention_s=env.int("FANLINE_HOME_RETENTION_S", 30 * 24 * 3600, minimum=60),
+            idempotency_ttl_s=env.int("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1),
+            # How many of an author's recent tweets a new follower receives.
+            follow_merge_count=env.int("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50),
+        )

@@ -1,0 +1,138 @@
+"""The tweet-store service layer: posting, deleting, timelines.
+
+A timeline page is always one slice (ids) plus one multi-get of tweets —
+never one query per item.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from fanline_shared import events
+from fanline_shared.domain import (
+    OutboxEvent,
+    Tweet,
+    canonical,
+    new_timeuuid,
+    timeuuid_time,
+    to_rfc3339,
+    utcnow,
+    validate_body,
+    validate_username,
+)
+from fanline_shared.errors import Forbidden, NotFound
+
+from .adapters import TweetStoreStorage
+
+# Unfollow removes the author's tweets from the follower's timeline; it walks
+# the author's userline back to the retention horizon in pages of this size.
+PURGE_PAGE = 500
+
+
+def tweet_json(tweet: Tweet) -> dict[str, Any]:
+    return {
+        "id": str(tweet.id),
+        "username": tweet.username,
+        "body": tweet.body,
+        "created_at": to_rfc3339(tweet.created_at),
+    }
+
+
+class TweetStore:
+    def __init__(self, storage: TweetStoreStorage, *, retention_s: int, idempotency_ttl_s: int,
+                 merge_count: int) -> None:
+        self._s = storage
+        self._retention = timedelta(seconds=retention_s)
+        self._idem_ttl = idempotency_ttl_s
+        self._merge_count = merge_count
+
+    async def post(self, username: str, body: object, idempotency_key: str | None) -> tuple[Tweet, bool, OutboxEvent]:
+        """Store a tweet; with a key, a repeat returns the first tweet.
+
+        Returns the tweet, whether this call created it, and its event."""
+        author = validate_username(username)
+        text = validate_body(body)
+        tweet = Tweet(id=new_timeuuid(), username=author, body=text)
+        if idempotency_key is not None:
+            bound = await self._s.tweets.reserve_idempotency_key(author, idempotency_key, tweet, self._idem_ttl)
+            if bound.id != tweet.id:
+                # A repeat: (re)write the bound tweet so that an earlier
+                # request that crashed after reserving still completes.
+                tweet = bound
+                event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
+                await self._s.tweets.create(tweet, event)
+                return tweet, False, event
+        event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
+        created = await self._s.tweets.create(tweet, event)
+        return tweet, created, event
+
+    async def get(self, tweet_id: uuid.UUID) -> Tweet:
+        tweet = await self._s.tweets.get(tweet_id)
+        if tweet is None:
+            raise NotFound(f"no tweet {tweet_id}", code="tweet_not_found")
+        return tweet
+
+    async def delete(self, tweet_id: uuid.UUID, actor: str) -> OutboxEvent:
+        tweet = await self.get(tweet_id)
+        if canonical(tweet.username) != canonical(actor):
+            raise Forbidden("you can only delete your own tweets", code="forbidden")
+        event = events.tweet_deleted(tweet.id, tweet.username)
+        await self._s.tweets.delete(tweet, event)
+        return event
+
+    async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None) -> tuple[list[Tweet], str | None]:
+        """One timeline page: a slice of ids, then one multi-get.
+
+        Deleted tweets can linger as ids (in home timelines until the worker
+        removes them); the multi-get drops them, so they never show. The next
+        cursor is the last id of the slice, so paging stays exact."""
+        if kind == "home":
+            assert owner is not None
+            ids = await self._s.home.slice(owner, limit + 1, before)
+        elif kind == "user":
+            assert owner is not None
+            ids = await self._s.tweets.userline(owner, limit + 1, before)
+        else:
+            ids = await self._s.tweets.public(limit + 1, before)
+        more = len(ids) > limit
+        ids = ids[:limit]
+        found = await self._s.tweets.get_many(ids)
+        items = [found[i] for i in ids if i in found]
+        return items, (str(ids[-1]) if more and ids else None)
+
+    async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
+        return await self._s.tweets.counts(usernames)
+
+    # --- home timelines (driven by the fan-out worker) -------------------------
+
+    async def home_add(self, tweet_id: uuid.UUID, author: str, owners: Sequence[str]) -> None:
+        await self._s.home.add(owners, tweet_id, author)
+
+    async def home_remove(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> None:
+        await self._s.home.remove(owners, tweet_id)
+
+    async def home_merge(self, owner: str, author: str) -> int:
+        """Merge the author's recent tweets into ``owner``'s home timeline."""
+        ids = await self._s.tweets.userline(author, self._merge_count, None)
+        horizon = utcnow() - self._retention
+        recent = [(i, author) for i in ids if timeuuid_time(i) > horizon]
+        await self._s.home.add_many(owner, recent)
+        return len(recent)
+
+    async def home_purge(self, owner: str, author: str) -> int:
+        """Remove the author's tweets (back to the retention horizon) from
+        ``owner``'s home timeline."""
+        horizon = utcnow() - self._retention
+        removed, before = 0, None
+        while True:
+            ids = await self._s.tweets.userline(author, PURGE_PAGE, before)
+            live = [i for i in ids if timeuuid_time(i) > horizon]
+            if live:
+                await self._s.home.remove_many(owner, live)
+                removed += len(live)
+            if len(ids) < PURGE_PAGE or len(live) < len(ids):
+                return removed
+            before = ids[-1]

@@ -1,0 +1,680 @@
+"""Cassandra connector and asyncio bridge shared by every Cassandra adapter.
+
+cassandra-driver has no native asyncio support: it runs its own I/O thread
+(libev) and reports completions through callbacks on that thread. This module
+turns those callbacks into asyncio results with ``loop.call_soon_threadsafe``,
+so the event loop never blocks on a driver call:
+
+* ``connect`` / ``shutdown`` block (TCP handshakes, metadata refresh) and must
+  be run with ``asyncio.to_thread`` — ``open_session``/``close_session`` do that;
+* ``execute`` / ``execute_lwt`` await one statement; every page of the result
+  is fetched from the driver's callbacks (never by iterating a ``ResultSet`` in
+  the loop, which would fetch later pages synchronously);
+* ``execute_concurrent`` runs many executions of one statement with a bounded
+  window, entirely on the driver thread (one loop wake-up per call, not one per
+  statement): the fan-out hot path;
+* ``migrate`` creates a keyspace and applies numbered, idempotent migrations.
+
+Driver failures that mean "the cluster did not answer" (NoHostAvailable,
+OperationTimedOut, Unavailable, Read/WriteTimeout, Read/WriteFailure,
+overload, lost connections) become ``fanline_shared.errors.Unavailable``;
+request-validation errors (bad CQL, unknown table) are programming errors and
+propagate unchanged. Every execution is timed in
+``metrics.CASSANDRA_LATENCY{statement=name}`` and every failure counted in
+``metrics.CASSANDRA_ERRORS{statement=name, error=<class>}``.
+
+The outbox table used by every owning service lives here too
+(``OUTBOX_MIGRATIONS``, ``CassandraOutbox``) so the two services share one
+implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.protocol import RequestValidationException as _ProtocolValidationError
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, Statement, named_tuple_factory
+
+from cassandra import ConsistencyLevel, DriverException
+from cassandra import RequestValidationException as _DriverValidationError
+
+from . import metrics, policies
+from .config import StorageSettings
+from .domain import OutboxEvent, min_timeuuid, timeuuid_sort_key, timeuuid_time
+from .errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+Row = Any  # a named tuple built by the driver's row factory
+Params = Sequence[Any] | None
+
+# Rows per page. Every read in the adapters carries a LIMIT below this, so a
+# result is a single page; if one is not, the next pages are still fetched from
+# the driver's callbacks (see ``_Single``), never synchronously in the loop.
+FETCH_SIZE = 5000
+
+try:  # cassandra-driver 3.30.1 wheels bundle libev; asyncore is gone in 3.12
+    from cassandra.io.libevreactor import LibevConnection as _Connection
+except ImportError:  # pragma: no cover - source installs without libev
+    _Connection = None
+
+
+def _consistency(name: str) -> int:
+    return int(ConsistencyLevel.name_to_value[name])
+
+
+READ_CL = _consistency(policies.CONSISTENCY_READ)
+WRITE_CL = _consistency(policies.CONSISTENCY_WRITE)
+SERIAL_CL = _consistency(policies.CONSISTENCY_SERIAL)
+
+
+# --- connecting ---------------------------------------------------------------
+
+
+def connect(settings: StorageSettings) -> Session:
+    """Connect to the cluster (blocking: call through ``asyncio.to_thread``).
+
+    One execution profile: token-aware routing over DC-aware round robin in the
+    local DC, LOCAL_QUORUM reads (writes override it per statement via
+    ``prepare``), LOCAL_SERIAL for lightweight transactions, the configured
+    request timeout. The protocol version is negotiated (v5 with Cassandra 4+,
+    v4 otherwise); the driver never uses beta versions. Raise ``Unavailable``
+    if no contact point answers.
+    """
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
+        consistency_level=READ_CL,
+        serial_consistency_level=SERIAL_CL,
+        request_timeout=settings.request_timeout_s,
+        row_factory=named_tuple_factory,
+    )
+    kwargs: dict[str, Any] = {}
+    if _Connection is not None:
+        kwargs["connection_class"] = _Connection
+    cluster = Cluster(
+        contact_points=list(settings.cassandra_hosts),
+        port=settings.cassandra_port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=min(10.0, settings.request_timeout_s),
+        control_connection_timeout=settings.request_timeout_s,
+        **kwargs,
+    )
+    try:
+        return cluster.connect()
+    except Exception as exc:
+        cluster.shutdown()
+        if isinstance(exc, (NoHostAvailable, DriverException, OSError)):
+            raise Unavailable(f"cassandra unreachable at {_contact(settings)}: {exc}") from exc
+        raise
+
+
+def _contact(settings: StorageSettings) -> str:
+    return ",".join(f"{h}:{settings.cassandra_port}" for h in settings.cassandra_hosts)
+
+
+async def open_session(settings: StorageSettings) -> Session:
+    """``connect`` without blocking the event loop."""
+    return await asyncio.to_thread(connect, settings)
+
+
+async def close_session(session: Session | None) -> None:
+    """Shut the session's cluster down (idempotent) without blocking the loop."""
+    if session is None:
+        return
+    await asyncio.to_thread(session.cluster.shutdown)
+
+
+def prepare(session: Session, cql: str, *, write: bool = False, idempotent: bool = True) -> PreparedStatement:
+    """Prepare once (blocking; call from ``to_thread`` in ``start()``).
+
+    Writes get ``CONSISTENCY_WRITE``; ``idempotent`` lets the driver retry or
+    speculate — leave it False for counters and LWTs.
+    """
+    stmt = session.prepare(cql)
+    stmt.consistency_level = WRITE_CL if write else READ_CL
+    stmt.serial_consistency_level = SERIAL_CL
+    stmt.is_idempotent = idempotent
+    stmt.fetch_size = FETCH_SIZE
+    return stmt
+
+
+def batch(statements: Iterable[tuple[PreparedStatement, Sequence[Any]]], *, logged: bool = False) -> BatchStatement:
+    """A batch with the write consistency.
+
+    Use unlogged batches only for rows of ONE partition (one mutation on the
+    replicas); a logged batch costs a batchlog round trip and is reserved for
+    small writes that must be atomic across partitions.
+    """
+    b = BatchStatement(
+        batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED,
+        consistency_level=WRITE_CL,
+    )
+    b.serial_consistency_level = SERIAL_CL
+    for stmt, params in statements:
+        b.add(stmt, params)
+    return b
+
+
+# --- the asyncio bridge ---------------------------------------------------------
+
+
+def _is_validation_error(exc: BaseException) -> bool:
+    return isinstance(exc, (_DriverValidationError, _ProtocolValidationError))
+
+
+def _translate(exc: BaseException, name: str) -> BaseException:
+    """Count the failure; map infrastructure failures to ``Unavailable``."""
+    metrics.CASSANDRA_ERRORS.labels(name, type(exc).__name__).inc()
+    if _is_validation_error(exc) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, (asyncio.CancelledError, TypeError, ValueError, KeyError)):
+        return exc
+    unavailable = Unavailable(f"cassandra: {name} failed: {type(exc).__name__}: {exc}")
+    unavailable.__cause__ = exc
+    return unavailable
+
+
+def _resolve(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """Runs in the loop thread."""
+    if fut.done():  # the awaiting task was cancelled
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+def _post(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    """Runs in a driver thread: hand the outcome to the loop."""
+    try:
+        loop.call_soon_threadsafe(_resolve, fut, result, exc)
+    except RuntimeError:  # loop closed while the request was in flight
+        pass
+
+
+class _Single:
+    """One execution: gathers every page on the driver thread, then posts once."""
+
+    __slots__ = ("fut", "loop", "name", "response", "rows", "started")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], name: str) -> None:
+        self.loop = loop
+        self.fut = fut
+        self.name = name
+        self.started = time.perf_counter()
+        self.rows: list[Row] = []
+        self.response: ResponseFuture | None = None
+
+    def on_page(self, rows: list[Row] | None) -> None:
+        response = self.response
+        assert response is not None
+        if rows:
+            self.rows.extend(rows)
+        if response.has_more_pages and not self.fut.done():
+            response.start_fetching_next_page()  # asynchronous: on_page runs again
+            return
+        metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
+        _post(self.loop, self.fut, self.rows, None)
+
+    def on_error(self, exc: BaseException) -> None:
+        metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
+        _post(self.loop, self.fut, None, _translate(exc, self.name))
+
+
+async def execute(session: Session, statement: Statement | str, params: Params = None, *, name: str) -> list[Row]:
+    """Run one statement and return all its rows (every page, fetched off-loop)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[list[Row]] = loop.create_future()
+    single = _Single(loop, fut, name)
+    try:
+        response = session.execute_async(statement, params)
+    except Exception as exc:
+        raise _translate(exc, name) from exc
+    single.response = response
+    response.add_callbacks(single.on_page, single.on_error)
+    return await fut
+
+
+async def execute_lwt(session: Session, statement: Statement | str, params: Params = None, *, name: str
+                      ) -> tuple[bool, Row | None]:
+    """Run a lightweight transaction: ``(applied, row)``.
+
+    When not applied, ``row`` holds the current values of the row that made the
+    condition fail (``[applied]`` is its first column, renamed ``applied`` by
+    the row factory) — e.g. the existing user for ``INSERT … IF NOT EXISTS``.
+    """
+    rows = await execute(session, statement, params, name=name)
+    if not rows:
+        raise Unavailable(f"cassandra: {name}: lightweight transaction returned no row")
+    row = rows[0]
+    return bool(row[0]), row
+
+
+class _Window:
+    """Bounded concurrent executions of one statement, driven by driver callbacks.
+
+    ``concurrency`` requests are in flight; each completion submits the next
+    one from the driver thread, so the event loop is woken only once at the
+    end. On the first error no new request is started; the call fails after
+    the in-flight ones finished.
+    """
+
+    _MAX_DEPTH = 40  # callbacks can run synchronously; avoid deep recursion
+
+    def __init__(self, session: Session, statement: Statement, params: Sequence[Params], name: str,
+                 loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+        self.session = session
+        self.statement = statement
+        self.params = params
+        self.name = name
+        self.loop = loop
+        self.fut = fut
+        self.results: list[list[Row]] = [[] for _ in params]
+        self.lock = threading.Lock()
+        self.next = 0
+        self.in_flight = 0
+        self.error: BaseException | None = None
+        self.finished = False
+        self.local = threading.local()
+        self.latency = metrics.CASSANDRA_LATENCY.labels(name)
+
+    def start(self, concurrency: int) -> None:
+        for _ in range(min(concurrency, len(self.params))):
+            self._submit()
+
+    def _claim(self) -> int | None:
+        with self.lock:
+            if self.error is not None or self.next >= len(self.params) or self.fut.done():
+                return None
+            index = self.next
+            self.next += 1
+            self.in_flight += 1
+            return index
+
+    def _submit(self) -> None:
+        depth = getattr(self.local, "depth", 0)
+        if depth > self._MAX_DEPTH:
+            # Completed synchronously many times in a row: continue on the
+            # driver's executor to unwind the stack.
+            self.session.submit(self._submit)
+            return
+        index = self._claim()
+        if index is None:
+            self._maybe_finish()
+            return
+        self.local.depth = depth + 1
+        try:
+            started = time.perf_counter()
+            try:
+                response = self.session.execute_async(self.statement, self.params[index])
+            except Exception as exc:  # noqa: BLE001 - binding errors, shut down: must finish the window
+                self._failed(exc, started)
+                return
+            response.add_callbacks(self._done, self._failed, callback_args=(index, started, response),
+                                   errback_args=(started,))
+        finally:
+            self.local.depth = depth
+
+    def _done(self, rows: list[Row] | None, index: int, started: float, response: ResponseFuture) -> None:
+        if rows:
+            self.results[index].extend(rows)
+        if response.has_more_pages and not self.fut.done():
+            response.start_fetching_next_page()
+            return
+        self.latency.observe(time.perf_counter() - started)
+        with self.lock:
+            self.in_flight -= 1
+        self._submit()
+
+    def _failed(self, exc: BaseException, started: float) -> None:
+        self.latency.observe(time.perf_counter() - started)
+        translated = _translate(exc, self.name)
+        with self.lock:
+            self.in_flight -= 1
+            if self.error is None:
+                self.error = translated
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        with self.lock:
+            if self.finished or self.in_flight:
+                return
+            if self.error is None and self.next < len(self.params) and not self.fut.done():
+                return
+            self.finished = True
+            error = self.error
+        _post(self.loop, self.fut, self.results, error)
+
+
+async def execute_concurrent(session: Session, statement: Statement, params_seq: Sequence[Params], *, name: str,
+                             concurrency: int = policies.DEFAULT_FANOUT_CONCURRENCY) -> list[list[Row]]:
+    """Execute ``statement`` once per parameter tuple, at most ``concurrency`` at
+    a time; return each execution's rows, in the order of ``params_seq``.
+
+    Raise ``Unavailable`` (the first failure) once the in-flight executions
+    finished; executions not yet started are not started. Cancelling the
+    awaiting task stops new executions too.
+    """
+    if not params_seq:
+        return []
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[list[list[Row]]] = loop.create_future()
+    window = _Window(session, statement, params_seq, name, loop, fut)
+    window.start(concurrency)
+    return await fut
+
+
+# --- schema ---------------------------------------------------------------------------
+
+
+def _datacenters(session: Session, fallback: str) -> list[str]:
+    dcs = sorted({host.datacenter for host in session.cluster.metadata.all_hosts() if host.datacenter})
+    return dcs or [fallback]
+
+
+def _split(cql: str) -> list[str]:
+    """Statements of one migration, separated by ``;`` at the end of a line."""
+    parts, current = [], []
+    for line in cql.splitlines():
+        current.append(line)
+        if line.rstrip().endswith(";"):
+            parts.append("\n".join(current).strip().rstrip(";").strip())
+            current = []
+    tail = "\n".join(current).strip()
+    if tail:
+        parts.append(tail)
+    return [p for p in parts if p]
+
+
+async def migrate(session: Session, keyspace: str, replication_factor: int, migrations: Sequence[str], *,
+                  local_dc: str = "datacenter1") -> None:
+    """Create ``keyspace`` and apply ``migrations`` (1-based versions) once each.
+
+    Replication: ``NetworkTopologyStrategy`` with ``replication_factor`` in
+    every datacenter the driver sees (``local_dc`` if it sees none).
+    SimpleStrategy ignores racks and DCs, which ``LOCAL_QUORUM`` and
+    ``LOCAL_SERIAL`` are defined over, and is not recommended in production;
+    NTS is correct for one node as well as several DCs.
+
+    Each migration is one or more CQL statements (separated by ``;`` at a line
+    end) that must be idempotent (``IF NOT EXISTS``): applied versions are
+    recorded in ``schema_migrations``, but two processes starting at once may
+    both apply a migration, which is then harmless. Migrations are append-only:
+    never edit one that has shipped. Waits for schema agreement at the end.
+    """
+    _check_identifier(keyspace)
+    replication = ", ".join(f"'{dc}': {replication_factor}" for dc in _datacenters(session, local_dc))
+    await execute(
+        session,
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+        f"{{'class': 'NetworkTopologyStrategy', {replication}}}",
+        name="migrate",
+    )
+    await execute(
+        session,
+        f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp)",
+        name="migrate",
+    )
+    rows = await execute(session, f"SELECT version FROM {keyspace}.schema_migrations", name="migrate")
+    applied = {row.version for row in rows}
+    for version, cql in enumerate(migrations, start=1):
+        if version in applied:
+            continue
+        for statement in _split(cql.replace("{keyspace}", keyspace)):
+            await execute(session, statement, name="migrate")
+        await execute(
+            session,
+            f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
+            (version, datetime.now(UTC)),
+            name="migrate",
+        )
+        log.info("cassandra: applied migration %d to %s", version, keyspace)
+    agreed = await asyncio.to_thread(session.cluster.control_connection.wait_for_schema_agreement)
+    if agreed is False:
+        raise Unavailable(f"cassandra: no schema agreement after migrating {keyspace}")
+
+
+def _check_identifier(name: str) -> None:
+    if not name.replace("_", "a").isalnum() or not name[0].isalpha() or len(name) > 48:
+        raise ValueError(f"invalid keyspace name {name!r}")
+
+
+async def drop_keyspace(session: Session, keyspace: str) -> None:
+    """Drop a keyspace (tests and tooling only)."""
+    _check_identifier(keyspace)
+    await execute(session, f"DROP KEYSPACE IF EXISTS {keyspace}", name="drop_keyspace")
+
+
+async def ping(session: Session | None) -> None:
+    """Raise ``Unavailable`` unless the cluster answers a trivial query."""
+    if session is None:
+        raise Unavailable("cassandra: not connected")
+    await execute(session, "SELECT release_version FROM system.local", name="ping")
+
+
+class Keyspace:
+    """The lifecycle of one owning service's keyspace (the ``Lifecycle`` port).
+
+    ``start`` connects, migrates and then calls every registered ``prepare``
+    callback (on a worker thread: preparing blocks) so repositories prepare
+    their statements once; ``close`` shuts the cluster down; ``ping`` runs a
+    trivial query. Repositories read ``session`` on every call.
+    """
+
+    def __init__(self, settings: StorageSettings, owner: str, migrations: Sequence[str]) -> None:
+        self.settings = settings
+        self.name = settings.keyspace(owner)
+        self.migrations = tuple(migrations)
+        self._session: Session | None = None
+        self._preparers: list[Callable[[Session], None]] = []
+        self._lock = asyncio.Lock()
+
+    def on_start(self, prepare: Callable[[Session], None]) -> None:
+        self._preparers.append(prepare)
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise Unavailable(f"cassandra: keyspace {self.name} is not started")
+        return self._session
+
+    async def start(self) -> None:
+        async with self._lock:
+            if self._session is not None:
+                return
+            session = await open_session(self.settings)
+            try:
+                await migrate(session, self.name, self.settings.replication_factor, self.migrations,
+                              local_dc=self.settings.local_dc)
+                await asyncio.to_thread(self._prepare_all, session)
+            except BaseException:
+                await close_session(session)
+                raise
+            self._session = session
+
+    def _prepare_all(self, session: Session) -> None:
+        try:
+            for prepare_fn in self._preparers:
+                prepare_fn(session)
+        except (NoHostAvailable, DriverException) as exc:
+            if _is_validation_error(exc):
+                raise
+            raise Unavailable(f"cassandra: preparing statements of {self.name} failed: {exc}") from exc
+
+    async def close(self) -> None:
+        async with self._lock:
+            session, self._session = self._session, None
+        await close_session(session)
+
+    async def ping(self) -> None:
+        await ping(self._session)
+
+
+# --- time helpers -----------------------------------------------------------------------
+
+
+def to_utc(value: datetime) -> datetime:
+    """A driver timestamp (naive UTC, millisecond precision) as an aware datetime."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def ttl_until(expires_at: datetime, now: datetime) -> int:
+    """Whole seconds until ``expires_at`` (rounded up), 0 when in the past;
+    capped at Cassandra's maximum TTL (20 years)."""
+    seconds = (expires_at - now).total_seconds()
+    if seconds <= 0:
+        return 0
+    return min(int(-(-seconds // 1)), 630_720_000)
+
+
+# --- the outbox ---------------------------------------------------------------------------
+
+OUTBOX_SHARDS = 8
+# An event row is written within this long of its id's timestamp (ids are made
+# right before the write; requests time out after seconds). Only buckets older
+# than that may be dropped from the bucket index once empty.
+OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
+_MINUTE = 60
+
+
+OUTBOX_MIGRATIONS = (
+    # Events partitioned by (shard, minute of the event id) so that no partition
+    # grows without bound and the tombstones left by acks stay in closed
+    # minutes that the relay stops reading. A resurrected outbox row (a
+    # tombstone purged before it reached every replica) only re-publishes an
+    # idempotent event, so a short gc_grace_seconds is safe; unpublished events
+    # expire after 7 days.
+    """
+    CREATE TABLE IF NOT EXISTS {keyspace}.outbox (
+        shard int,
+        minute bigint,
+        event_id timeuuid,
+        key text,
+        payload blob,
+        PRIMARY KEY ((shard, minute), event_id)
+    ) WITH CLUSTERING ORDER BY (event_id ASC)
+      AND gc_grace_seconds = 3600
+      AND default_time_to_live = 604800;
+    """,
+    # Which minutes of a shard may still hold events: written before the event,
+    # removed by the relay once a closed minute is empty. Ascending, so the
+    # relay reads the oldest first.
+    """
+    CREATE TABLE IF NOT EXISTS {keyspace}.outbox_minutes (
+        shard int,
+        minute bigint,
+        PRIMARY KEY (shard, minute)
+    ) WITH CLUSTERING ORDER BY (minute ASC)
+      AND gc_grace_seconds = 3600
+      AND default_time_to_live = 604800;
+    """,
+)
+
+
+def unix_minute(when: datetime) -> int:
+    return int(when.timestamp()) // _MINUTE
+
+
+def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
+    """``(shard, minute)`` of an event: shard from the id's random node bits."""
+    return event_id.int % OUTBOX_SHARDS, unix_minute(timeuuid_time(event_id))
+
+
+class CassandraOutbox:
+    """The ``Outbox`` port over ``outbox`` + ``outbox_minutes`` of one keyspace.
+
+    Owning adapters write events with ``write_statements(event)`` (inside their
+    own batch or concurrently); this class reads and acknowledges them.
+    """
+
+    def __init__(self, keyspace: str) -> None:
+        self.keyspace = keyspace
+        self.session: Session | None = None
+
+    def prepare(self, session: Session) -> None:
+        """Blocking: prepare the statements (call from ``to_thread``)."""
+        ks = self.keyspace
+        self.session = session
+        self._insert = prepare(
+            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload) VALUES (?, ?, ?, ?, ?)",
+            write=True)
+        self._insert_minute = prepare(
+            session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
+        self._minutes = prepare(
+            session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
+        self._read = prepare(
+            session,
+            f"SELECT event_id, key, payload FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
+            "LIMIT ?")
+        self._delete = prepare(
+            session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
+        self._delete_minute = prepare(
+            session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
+
+    def write_statements(self, event: OutboxEvent) -> list[tuple[PreparedStatement, tuple[Any, ...]]]:
+        """The two writes that store ``event``: the minute index, then the row."""
+        shard, minute = outbox_partition(event.id)
+        return [
+            (self._insert_minute, (shard, minute)),
+            (self._insert, (shard, minute, event.id, event.key, event.payload)),
+        ]
+
+    async def append(self, event: OutboxEvent) -> None:
+        """Store one event on its own (index first, so a crash never hides it)."""
+        session = self._session()
+        for stmt, params in self.write_statements(event):
+            await execute(session, stmt, params, name="outbox_append")
+
+    def _session(self) -> Session:
+        if self.session is None:
+            raise Unavailable("cassandra: outbox not started")
+        return self.session
+
+    async def pending(self, older_than: datetime, limit: int) -> list[OutboxEvent]:
+        if limit <= 0:
+            return []
+        session = self._session()
+        # Strictly older than ``older_than``: below its smallest timeuuid.
+        bound = min_timeuuid(older_than)
+        last_minute = unix_minute(older_than)
+        closed_before = unix_minute(datetime.now(UTC) - OUTBOX_CLOSE_AFTER)
+        per_shard = await asyncio.gather(
+            *(self._pending_shard(session, shard, bound, last_minute, closed_before, limit)
+              for shard in range(OUTBOX_SHARDS))
+        )
+        merged = heapq.merge(*per_shard, key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
+        return [event for event, _ in zip(merged, range(limit), strict=False)]
+
+    async def _pending_shard(self, session: Session, shard: int, bound: uuid.UUID, last_minute: int,
+                             closed_before: int, limit: int) -> list[OutboxEvent]:
+        minutes = await execute(session, self._minutes, (shard, last_minute, 10_000), name="outbox_minutes")
+        events: list[OutboxEvent] = []
+        for row in minutes:
+            rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)),
+                                 name="outbox_pending")
+            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload)) for r in rows)
+            if not rows and row.minute < closed_before:
+                # Closed and drained: stop reading it on every sweep.
+                await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")
+            if len(events) >= limit:
+                break
+        events.sort(key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
+        return events
+
+    async def ack(self, event_ids: Sequence[uuid.UUID]) -> None:
+        if not event_ids:
+            return
+        params = [(*outbox_partition(event_id), event_id) for event_id in dict.fromkeys(event_ids)]
+        await execute_concurrent(self._session(), self._delete, params, name="outbox_ack", concurrency=32)

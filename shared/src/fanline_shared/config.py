@@ -1,0 +1,157 @@
+"""Settings resolved once from the environment into frozen objects.
+
+Every service builds its settings in its composition root with
+``XSettings.from_env(os.environ)``; nothing else reads ``os.environ``. Tests pass
+a plain dict instead. Every variable and its default is listed in README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Backend = Literal["embedded", "cassandra"]
+
+
+class ConfigError(ValueError):
+    """A variable is present but unusable; the message names it."""
+
+
+class Env:
+    """Typed reads of one environment mapping, with the variable named on error."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._env = environ
+
+    def str(self, name: str, default: str) -> str:
+        value = self._env.get(name, "").strip()
+        return value or default
+
+    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+        raw = self._env.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+        return value
+
+    def float(self, name: str, default: float) -> float:
+        raw = self._env.get(name, "").strip()
+        if not raw:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+    def bool(self, name: str, default: bool) -> bool:
+        raw = self._env.get(name, "").strip().lower()
+        if not raw:
+            return default
+        if raw in {"1", "true", "yes", "on"}:
+            return True
+        if raw in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.str(name, default)
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Where a service keeps its tables: SQLite files (embedded) or Cassandra."""
+
+    backend: Backend
+    data_dir: Path
+    cassandra_hosts: tuple[str, ...]
+    cassandra_port: int
+    keyspace_prefix: str
+    replication_factor: int
+    local_dc: str
+    request_timeout_s: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> StorageSettings:
+        backend = env.choice("FANLINE_BACKEND", "embedded", ("embedded", "cassandra"))
+        hosts = tuple(h.strip() for h in env.str("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",") if h.strip())
+        return cls(
+            backend=backend,  # type: ignore[arg-type]
+            data_dir=Path(env.str("FANLINE_DATA_DIR", ".data")).resolve(),
+            cassandra_hosts=hosts,
+            cassandra_port=env.int("FANLINE_CASSANDRA_PORT", 9042, minimum=1),
+            keyspace_prefix=env.str("FANLINE_KEYSPACE_PREFIX", "fanline"),
+            replication_factor=env.int("FANLINE_CASSANDRA_RF", 1, minimum=1),
+            local_dc=env.str("FANLINE_CASSANDRA_DC", "datacenter1"),
+            request_timeout_s=env.float("FANLINE_CASSANDRA_TIMEOUT_S", 10.0),
+        )
+
+    def keyspace(self, owner: str) -> str:
+        """The keyspace (or SQLite file stem) owned by one service."""
+        return f"{self.keyspace_prefix}_{owner}".replace("-", "_")
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """The broker, the topics and how we produce to them."""
+
+    bootstrap: str
+    idempotence: bool
+    events_topic: str
+    dlq_topic: str
+    partitions: int
+    replication_factor: int
+    request_timeout_s: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> KafkaSettings:
+        return cls(
+            bootstrap=env.str("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+            idempotence=env.bool("FANLINE_KAFKA_IDEMPOTENCE", True),
+            events_topic=env.str("FANLINE_EVENTS_TOPIC", "fanline.events"),
+            dlq_topic=env.str("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
+            partitions=env.int("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
+            replication_factor=env.int("FANLINE_TOPIC_RF", 1, minimum=1),
+            request_timeout_s=env.float("FANLINE_KAFKA_TIMEOUT_S", 5.0),
+        )
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where a service listens."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def from_env(cls, env: Env, prefix: str, default_port: int) -> HttpSettings:
+        return cls(
+            host=env.str(f"FANLINE_{prefix}_HOST", "127.0.0.1"),
+            port=env.int(f"FANLINE_{prefix}_PORT", default_port, minimum=0),
+        )
+
+
+@dataclass(frozen=True)
+class PeerSettings:
+    """How to reach the other services over HTTP."""
+
+    social_graph_url: str
+    tweet_store_url: str
+    timeout_s: float
+
+    @classmethod
+    def from_env(cls, env: Env) -> PeerSettings:
+        return cls(
+            social_graph_url=env.str("FANLINE_SOCIAL_GRAPH_URL", "http://127.0.0.1:8001").rstrip("/"),
+            tweet_store_url=env.str("FANLINE_TWEET_STORE_URL", "http://127.0.0.1:8002").rstrip("/"),
+            timeout_s=env.float("FANLINE_PEER_TIMEOUT_S", 10.0),
+        )

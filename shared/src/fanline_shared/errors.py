@@ -1,0 +1,122 @@
+"""Domain errors. They carry a stable machine code and a human message.
+
+Nothing here knows about HTTP: the edges (``fanline_shared.web``) map each
+class to a status code in one table. Internal services send the same error
+body over HTTP; ``fanline_shared.peers`` turns it back into the same class, so
+an error raised in social-graph reaches the gateway's edge unchanged.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of every expected, client-visible failure."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidInput(DomainError):
+    """Well-formed request that breaks a rule (422)."""
+
+    code = "invalid_input"
+
+
+class BadRequest(DomainError):
+    """Malformed request: not JSON, not an object, a forged cursor (400)."""
+
+    code = "bad_request"
+
+
+class Unauthorized(DomainError):
+    """Missing, malformed, expired or revoked credentials (401)."""
+
+    code = "unauthorized"
+
+
+class Forbidden(DomainError):
+    """Authenticated but acting on someone else's resource (403)."""
+
+    code = "forbidden"
+
+
+class NotFound(DomainError):
+    """Unknown user, tweet or route (404)."""
+
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    """A uniqueness rule was hit, e.g. a taken username (409)."""
+
+    code = "conflict"
+
+
+class PayloadTooLarge(DomainError):
+    """Request body above the limit (413)."""
+
+    code = "payload_too_large"
+
+
+class RateLimited(DomainError):
+    """Too many requests; ``retry_after`` seconds until the next may pass (429)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class Unavailable(DomainError):
+    """A dependency (Cassandra, Kafka, another service) did not answer (503)."""
+
+    code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class MethodNotAllowed(DomainError):
+    """The route exists but not with this method (405)."""
+
+    code = "method_not_allowed"
+
+
+# Status codes, used by the HTTP edges only.
+STATUS: dict[type[DomainError], int] = {
+    BadRequest: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    MethodNotAllowed: 405,
+    Conflict: 409,
+    PayloadTooLarge: 413,
+    InvalidInput: 422,
+    RateLimited: 429,
+    Unavailable: 503,
+}
+
+_BY_STATUS = {status: cls for cls, status in STATUS.items()}
+
+
+def status_of(error: DomainError) -> int:
+    """HTTP status for a domain error (its nearest registered class)."""
+    for cls in type(error).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]  # type: ignore[index]
+    return 500
+
+
+def from_status(status: int, code: str, message: str) -> DomainError:
+    """Rebuild a domain error from a peer's error response."""
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        return Unavailable(f"peer answered {status}: {message}")
+    return cls(message, code=code)

@@ -1,0 +1,124 @@
+"""Versioned event schemas on the ``fanline.events`` topic.
+
+Every message is a JSON envelope::
+
+    {"type": "TweetCreated", "version": 1, "event_id": "<uuid>",
+     "occurred_at": "<rfc3339>", "data": {...}}
+
+and its Kafka key is the canonical username of the *author* whose home-timeline
+rows the event touches (the followee for Followed/Unfollowed). Keying by author
+puts every event about one author on one partition, so the worker sees them in
+order: a tweet's delete never overtakes its creation, an unfollow never
+overtakes the follow. Consumers must ignore unknown fields and reject (to the
+dead-letter topic) unknown types or versions. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .domain import OutboxEvent, new_timeuuid, to_rfc3339, utcnow
+
+SCHEMA_VERSION = 1
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class TweetCreatedData(_Data):
+    tweet_id: uuid.UUID
+    author: str
+    created_at: datetime
+
+
+class TweetDeletedData(_Data):
+    tweet_id: uuid.UUID
+    author: str
+
+
+class FollowData(_Data):
+    follower: str
+    followee: str
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    version: Literal[1]
+    event_id: uuid.UUID
+    occurred_at: datetime
+
+
+class TweetCreated(_Envelope):
+    type: Literal["TweetCreated"]
+    data: TweetCreatedData
+
+
+class TweetDeleted(_Envelope):
+    type: Literal["TweetDeleted"]
+    data: TweetDeletedData
+
+
+class Followed(_Envelope):
+    type: Literal["Followed"]
+    data: FollowData
+
+
+class Unfollowed(_Envelope):
+    type: Literal["Unfollowed"]
+    data: FollowData
+
+
+Event = Annotated[TweetCreated | TweetDeleted | Followed | Unfollowed, Field(discriminator="type")]
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class InvalidEvent(ValueError):
+    """A message that can never be processed (goes to the dead-letter topic)."""
+
+
+def decode(raw: bytes) -> Event:
+    """Parse and validate one message value; raise ``InvalidEvent``."""
+    try:
+        return _ADAPTER.validate_json(raw)
+    except ValidationError as exc:
+        raise InvalidEvent(f"invalid event: {exc.errors(include_url=False)[:3]}") from None
+
+
+def _envelope(kind: str, key: str, data: dict[str, object]) -> OutboxEvent:
+    event_id = new_timeuuid()
+    payload = orjson.dumps(
+        {
+            "type": kind,
+            "version": SCHEMA_VERSION,
+            "event_id": str(event_id),
+            "occurred_at": to_rfc3339(utcnow()),
+            "data": data,
+        }
+    )
+    return OutboxEvent(id=event_id, key=key, payload=payload)
+
+
+def tweet_created(tweet_id: uuid.UUID, author: str, created_at: datetime) -> OutboxEvent:
+    return _envelope(
+        "TweetCreated",
+        author.lower(),
+        {"tweet_id": str(tweet_id), "author": author, "created_at": to_rfc3339(created_at)},
+    )
+
+
+def tweet_deleted(tweet_id: uuid.UUID, author: str) -> OutboxEvent:
+    return _envelope("TweetDeleted", author.lower(), {"tweet_id": str(tweet_id), "author": author})
+
+
+def followed(follower: str, followee: str) -> OutboxEvent:
+    return _envelope("Followed", followee.lower(), {"follower": follower, "followee": followee})
+
+
+def unfollowed(follower: str, followee: str) -> OutboxEvent:
+    return _envelope("Unfollowed", followee.lower(), {"follower": follower, "followee": followee})

@@ -1,0 +1,121 @@
+"""Every Prometheus metric of every Fanline service, declared once.
+
+Names follow Prometheus conventions: base units, ``_seconds`` for durations,
+``_total`` for counters, histograms for latencies. A service only exports the
+metrics it touches, but all of them are defined here so dashboards and alerts
+have one reference. When ``PROMETHEUS_MULTIPROC_DIR`` is set (several worker
+processes of one service), ``render()`` aggregates across processes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+    multiprocess,
+)
+
+# Latency buckets from 0.5 ms to 10 s: fine enough for Cassandra statements,
+# wide enough for a 10,000-follower fan-out.
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+# Fan-out and delivery lag can take longer.
+LONG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+BUILD_INFO = Info("fanline_build", "Build information of the running service")
+
+# --- HTTP (every service) ---------------------------------------------------
+HTTP_REQUESTS = Counter(
+    "fanline_http_requests_total", "HTTP requests served", ["service", "method", "route", "status"]
+)
+HTTP_LATENCY = Histogram(
+    "fanline_http_request_duration_seconds",
+    "HTTP request latency",
+    ["service", "method", "route"],
+    buckets=LATENCY_BUCKETS,
+)
+PEER_LATENCY = Histogram(
+    "fanline_peer_request_duration_seconds",
+    "Latency of calls to another Fanline service",
+    ["service", "peer", "operation"],
+    buckets=LATENCY_BUCKETS,
+)
+PEER_ERRORS = Counter(
+    "fanline_peer_errors_total", "Failed calls to another Fanline service", ["service", "peer", "operation"]
+)
+
+# --- domain -----------------------------------------------------------------
+TWEETS_POSTED = Counter("fanline_tweets_posted_total", "Tweets accepted (201) by the gateway")
+TWEETS_DELETED = Counter("fanline_tweets_deleted_total", "Tweets deleted")
+USERS_CREATED = Counter("fanline_users_created_total", "Users signed up")
+LOGINS = Counter("fanline_logins_total", "Log-in attempts by outcome", ["outcome"])
+
+# --- fan-out worker ---------------------------------------------------------
+EVENTS_CONSUMED = Counter(
+    "fanline_events_consumed_total", "Events consumed by the fan-out worker", ["type", "outcome"]
+)
+TIMELINE_ROWS_WRITTEN = Counter("fanline_timeline_rows_written_total", "Home-timeline rows written")
+TIMELINE_ROWS_REMOVED = Counter("fanline_timeline_rows_removed_total", "Home-timeline rows removed")
+FANOUT_DURATION = Histogram(
+    "fanline_fanout_duration_seconds", "Time to process one event", ["type"], buckets=LONG_BUCKETS
+)
+FANOUT_PAGE_DURATION = Histogram(
+    "fanline_fanout_page_duration_seconds",
+    "Time to write one page of followers' timeline rows",
+    buckets=LATENCY_BUCKETS,
+)
+DELIVERY_LAG = Histogram(
+    "fanline_delivery_lag_seconds",
+    "Tweet created until every home-timeline row of it is written",
+    buckets=LONG_BUCKETS,
+)
+CONSUMER_LAG = Gauge(
+    "fanline_consumer_lag_messages", "Messages behind the log end, per partition", ["topic", "partition"]
+)
+EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
+DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
+
+# --- storage and messaging ---------------------------------------------------
+CASSANDRA_LATENCY = Histogram(
+    "fanline_cassandra_statement_duration_seconds",
+    "Cassandra statement latency",
+    ["statement"],
+    buckets=LATENCY_BUCKETS,
+)
+CASSANDRA_ERRORS = Counter(
+    "fanline_cassandra_statement_errors_total", "Cassandra statement errors", ["statement", "error"]
+)
+SQLITE_LATENCY = Histogram(
+    "fanline_sqlite_operation_duration_seconds", "Embedded SQLite operation latency", ["operation"],
+    buckets=LATENCY_BUCKETS,
+)
+KAFKA_PRODUCE_LATENCY = Histogram(
+    "fanline_kafka_produce_duration_seconds", "Kafka produce latency (until acknowledged)",
+    buckets=LATENCY_BUCKETS,
+)
+KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
+OUTBOX_PENDING = Gauge("fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"])
+OUTBOX_RELAYED = Counter(
+    "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
+)
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text for /metrics, aggregated across processes if needed."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST
+
+
+def set_build_info(service: str, version: str) -> None:
+    BUILD_INFO.info({"service": service, "version": version})

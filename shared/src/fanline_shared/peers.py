@@ -1,0 +1,232 @@
+"""Typed HTTP clients for the internal APIs of social-graph and tweet-store.
+
+The gateway and the fan-out worker use these; nobody reads another service's
+tables. A peer's error body is turned back into the same ``DomainError``; a
+peer that does not answer becomes ``Unavailable``. Idempotent calls (GETs and
+the idempotent writes) are retried per ``policies.PEER_REQUEST``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import orjson
+
+from . import metrics
+from .domain import OutboxEvent
+from .errors import DomainError, Unavailable, from_status
+from .policies import PEER_REQUEST, RetryPolicy, retry
+
+
+def event_to_json(event: OutboxEvent) -> dict[str, Any]:
+    return {"id": str(event.id), "key": event.key, "payload": event.payload.decode()}
+
+
+def event_from_json(data: dict[str, Any]) -> OutboxEvent:
+    return OutboxEvent(id=uuid.UUID(data["id"]), key=data["key"], payload=data["payload"].encode())
+
+
+class PeerClient:
+    """One peer service reached over HTTP (keep-alive pooled)."""
+
+    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._service = service
+        self._peer = peer
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            timeout=timeout_s,
+            transport=transport,
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        policy: RetryPolicy | None = PEER_REQUEST,
+    ) -> Any:
+        """Send one request; return the decoded JSON (None for 204).
+
+        ``policy=None`` sends once (for writes that are not idempotent)."""
+
+        async def once() -> Any:
+            started = time.perf_counter()
+            content = orjson.dumps(json) if json is not None else None
+            req_headers = {"content-type": "application/json"} if content is not None else {}
+            if headers:
+                req_headers.update(headers)
+            try:
+                response = await self._client.request(
+                    method, path, content=content, params=params, headers=req_headers
+                )
+            except httpx.HTTPError as exc:
+                metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
+                raise Unavailable(f"{self._peer} unavailable ({type(exc).__name__})") from None
+            finally:
+                metrics.PEER_LATENCY.labels(self._service, self._peer, operation).observe(
+                    time.perf_counter() - started
+                )
+            if response.status_code == 204:
+                return None
+            try:
+                body = orjson.loads(response.content) if response.content else None
+            except orjson.JSONDecodeError:
+                body = None
+            if response.status_code >= 400:
+                if response.status_code >= 500:
+                    metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
+                err = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+                raise from_status(
+                    response.status_code,
+                    str(err.get("code", "error")),
+                    str(err.get("message", f"{self._peer} answered {response.status_code}")),
+                )
+            return body
+
+        if policy is None:
+            return await once()
+        return await retry(policy, once)
+
+
+class SocialGraphClient(PeerClient):
+    """The social-graph internal API."""
+
+    def __init__(self, service: str, base_url: str, timeout_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(service, "social-graph", base_url, timeout_s, transport)
+
+    async def create_user(self, username: str, password: str) -> dict[str, Any]:
+        return await self.call("POST", "/internal/users", operation="create_user",
+                               json={"username": username, "password": password}, policy=None)
+
+    async def get_user(self, username: str) -> dict[str, Any]:
+        return await self.call("GET", f"/internal/users/{username}", operation="get_user")
+
+    async def get_users(self, usernames: Sequence[str]) -> list[dict[str, Any]]:
+        body = await self.call("GET", "/internal/users", operation="get_users",
+                               params={"usernames": ",".join(usernames)})
+        return list(body["items"])
+
+    async def search_users(self, prefix: str, limit: int) -> list[dict[str, Any]]:
+        body = await self.call("GET", "/internal/users", operation="search_users",
+                               params={"prefix": prefix, "limit": limit})
+        return list(body["items"])
+
+    async def login(self, username: str, password: str) -> dict[str, Any]:
+        return await self.call("POST", "/internal/sessions", operation="login",
+                               json={"username": username, "password": password}, policy=None)
+
+    async def authenticate(self, token: str) -> str:
+        """The username a token belongs to, or ``Unauthorized``."""
+        body = await self.call("GET", "/internal/sessions/current", operation="authenticate",
+                               headers={"authorization": f"Bearer {token}"})
+        return str(body["username"])
+
+    async def logout(self, token: str) -> None:
+        await self.call("DELETE", "/internal/sessions/current", operation="logout",
+                        headers={"authorization": f"Bearer {token}"})
+
+    async def follow(self, follower: str, followee: str) -> dict[str, Any]:
+        return await self.call("PUT", f"/internal/users/{follower}/following/{followee}", operation="follow")
+
+    async def unfollow(self, follower: str, followee: str) -> dict[str, Any]:
+        return await self.call("DELETE", f"/internal/users/{follower}/following/{followee}",
+                               operation="unfollow")
+
+    async def is_following(self, follower: str, followee: str) -> bool:
+        body = await self.call("GET", f"/internal/users/{follower}/following/{followee}",
+                               operation="is_following")
+        return bool(body["following"])
+
+    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+        """``direction`` is "following" or "followers"; returns items and next."""
+        params: dict[str, Any] = {"limit": limit}
+        if after:
+            params["after"] = after
+        return await self.call("GET", f"/internal/users/{username}/{direction}",
+                               operation=direction, params=params)
+
+
+class TweetStoreClient(PeerClient):
+    """The tweet-store internal API."""
+
+    def __init__(self, service: str, base_url: str, timeout_s: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(service, "tweet-store", base_url, timeout_s, transport)
+
+    async def create_tweet(self, username: str, body: str, idempotency_key: str | None) -> dict[str, Any]:
+        payload: dict[str, Any] = {"username": username, "body": body}
+        if idempotency_key is not None:
+            payload["idempotency_key"] = idempotency_key
+        # Without a key a blind retry could post twice; with one it is safe.
+        policy = PEER_REQUEST if idempotency_key is not None else None
+        return await self.call("POST", "/internal/tweets", operation="create_tweet", json=payload, policy=policy)
+
+    async def get_tweet(self, tweet_id: str) -> dict[str, Any]:
+        return await self.call("GET", f"/internal/tweets/{tweet_id}", operation="get_tweet")
+
+    async def delete_tweet(self, tweet_id: str, actor: str) -> dict[str, Any]:
+        return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet",
+                               params={"actor": actor})
+
+    async def timeline(self, kind: str, owner: str | None, limit: int, before: str | None) -> dict[str, Any]:
+        """``kind`` is "home", "user" or "public"; returns items (tweets) and next."""
+        params: dict[str, Any] = {"limit": limit}
+        if before:
+            params["before"] = before
+        path = {"home": f"/internal/home/{owner}", "user": f"/internal/userline/{owner}",
+                "public": "/internal/public"}[kind]
+        return await self.call("GET", path, operation=f"timeline_{kind}", params=params)
+
+    async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
+        body = await self.call("GET", "/internal/counts", operation="counts",
+                               params={"usernames": ",".join(usernames)})
+        return {k: int(v) for k, v in body["counts"].items()}
+
+    async def home_add(self, tweet_id: str, author: str, owners: Sequence[str]) -> None:
+        await self.call("POST", "/internal/home/add", operation="home_add",
+                        json={"tweet_id": tweet_id, "author": author, "owners": list(owners)})
+
+    async def home_remove(self, tweet_id: str, owners: Sequence[str]) -> None:
+        await self.call("POST", "/internal/home/remove", operation="home_remove",
+                        json={"tweet_id": tweet_id, "owners": list(owners)})
+
+    async def home_merge(self, owner: str, author: str) -> int:
+        body = await self.call("POST", f"/internal/home/{owner}/merge", operation="home_merge",
+                               json={"author": author})
+        return int(body["merged"])
+
+    async def home_purge(self, owner: str, author: str) -> int:
+        body = await self.call("POST", f"/internal/home/{owner}/purge", operation="home_purge",
+                               json={"author": author})
+        return int(body["removed"])
+
+
+async def outbox_pending(client: PeerClient, older_than_ms: int, limit: int) -> list[OutboxEvent]:
+    body = await client.call("GET", "/internal/outbox", operation="outbox_pending",
+                             params={"older_than_ms": older_than_ms, "limit": limit})
+    return [event_from_json(item) for item in body["items"]]
+
+
+async def outbox_ack(client: PeerClient, ids: Sequence[uuid.UUID]) -> None:
+    await client.call("POST", "/internal/outbox/ack", operation="outbox_ack",
+                      json={"ids": [str(i) for i in ids]})
+
+
+__all__ = [
+    "DomainError", "PeerClient", "SocialGraphClient", "TweetStoreClient",
+    "event_from_json", "event_to_json", "outbox_ack", "outbox_pending",
+]

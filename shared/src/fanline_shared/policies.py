@@ -1,0 +1,83 @@
+"""Named retry, timeout and consistency policies.
+
+Retries are never hand-written loops in service code: callers pick a named
+``RetryPolicy`` and call ``retry(policy, fn)``. Consistency levels are named
+here too so every adapter agrees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .errors import Unavailable
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter.
+
+    ``attempts`` is the total number of tries (None: until cancelled).
+    """
+
+    name: str
+    attempts: int | None
+    base_delay_s: float
+    max_delay_s: float
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        """Delay before retry number ``attempt`` (1-based), with full jitter."""
+        ceiling = min(self.max_delay_s, self.base_delay_s * self.multiplier ** (attempt - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+# A peer call inside a request: a couple of quick tries, then 503.
+PEER_REQUEST = RetryPolicy("peer_request", attempts=3, base_delay_s=0.05, max_delay_s=0.3)
+# The fan-out worker on a transient error: keep trying (the partition waits,
+# which is right: the next event of this author must not overtake this one).
+FANOUT_TRANSIENT = RetryPolicy("fanout_transient", attempts=None, base_delay_s=0.1, max_delay_s=10.0)
+# Connecting to an engine at start-up.
+STARTUP_CONNECT = RetryPolicy("startup_connect", attempts=60, base_delay_s=0.25, max_delay_s=2.0)
+# The outbox relay between sweeps when the broker is down.
+RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
+
+
+async def retry(
+    policy: RetryPolicy,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    retry_on: tuple[type[BaseException], ...] = (Unavailable,),
+    on_retry: Callable[[int, BaseException], None] | None = None,
+) -> T:
+    """Call ``fn`` until it succeeds, retrying ``retry_on`` errors per ``policy``."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await fn()
+        except retry_on as exc:
+            if policy.attempts is not None and attempt >= policy.attempts:
+                raise
+            if on_retry is not None:
+                on_retry(attempt, exc)
+            delay = policy.delay(attempt)
+            log.debug("%s: attempt %d failed (%s); retrying in %.2fs", policy.name, attempt, exc, delay)
+            await asyncio.sleep(delay)
+
+
+# Consistency: LOCAL_QUORUM for reads and writes (read-your-writes within a DC
+# whatever the replication factor), LOCAL_SERIAL for lightweight transactions.
+CONSISTENCY_READ = "LOCAL_QUORUM"
+CONSISTENCY_WRITE = "LOCAL_QUORUM"
+CONSISTENCY_SERIAL = "LOCAL_SERIAL"
+
+# Home-timeline writes per in-flight window of the worker (bounded concurrency).
+DEFAULT_FANOUT_CONCURRENCY = 128

@@ -1,0 +1,153 @@
+"""The HTTP edge shared by every service: routes with metrics, the error body,
+JSON in and out, and the operations endpoints (/healthz, /readyz, /metrics).
+
+Domain errors become status codes here and only here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import metrics
+from .errors import BadRequest, DomainError, PayloadTooLarge, status_of
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024
+Handler = Callable[[Request], Awaitable[Response]]
+ReadinessCheck = Callable[[], Awaitable[None]]
+
+
+def json_response(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data), status_code=status, headers=headers, media_type="application/json")
+
+
+def error_body(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(error: DomainError) -> Response:
+    status = status_of(error)
+    headers = {}
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return json_response(error_body(error.code, error.message), status, headers)
+
+
+def route(service: str, path: str, handler: Handler, methods: list[str], name: str | None = None) -> Route:
+    """A Starlette route whose handler is timed, counted and error-mapped.
+
+    Metrics are labelled by the path *template* so cardinality stays bounded.
+    """
+
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            response = await handler(request)
+        except DomainError as exc:
+            response = error_response(exc)
+        except Exception:  # noqa: BLE001 - the edge must never leak a stack trace
+            log.exception("unhandled error on %s %s", request.method, path)
+            response = json_response(error_body("internal", "internal error"), 500)
+        elapsed = time.perf_counter() - started
+        metrics.HTTP_LATENCY.labels(service, request.method, path).observe(elapsed)
+        metrics.HTTP_REQUESTS.labels(service, request.method, path, str(response.status_code)).inc()
+        return response
+
+    return Route(path, endpoint, methods=methods, name=name)
+
+
+async def read_body(request: Request, max_bytes: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, or ``PayloadTooLarge`` past ``max_bytes`` (streamed, so
+    a lying or missing Content-Length cannot make us buffer more)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > max_bytes:
+                raise PayloadTooLarge(f"request body over {max_bytes // 1024} KiB", code="payload_too_large")
+        except ValueError:
+            raise BadRequest("invalid Content-Length", code="invalid_json") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"request body over {max_bytes // 1024} KiB", code="payload_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_object(request: Request, max_bytes: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """The body parsed as a JSON object, or ``invalid_json`` (400)."""
+    raw = await read_body(request, max_bytes)
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise BadRequest("body is not valid JSON", code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise BadRequest("body must be a JSON object", code="invalid_json")
+    return value
+
+
+def ops_routes(service: str, checks: Mapping[str, ReadinessCheck]) -> list[Route]:
+    """``/healthz`` (process alive), ``/readyz`` (every dependency answers) and
+    ``/metrics``. ``checks`` maps a dependency name to a coroutine that raises
+    when that dependency is unavailable."""
+
+    async def healthz(_: Request) -> Response:
+        return json_response({"status": "ok", "service": service})
+
+    async def readyz(_: Request) -> Response:
+        failing: dict[str, str] = {}
+        for name, check in checks.items():
+            try:
+                await check()
+            except Exception as exc:  # noqa: BLE001 - any failure means not ready
+                failing[name] = str(exc) or type(exc).__name__
+        if failing:
+            names = ", ".join(sorted(failing))
+            body = error_body("unavailable", f"not ready: {names} unavailable")
+            body["dependencies"] = failing
+            return json_response(body, 503, {"Retry-After": "1"})
+        return json_response({"status": "ready", "service": service, "dependencies": sorted(checks)})
+
+    async def metrics_endpoint(_: Request) -> Response:
+        payload, content_type = metrics.render()
+        return Response(payload, media_type=content_type)
+
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+    ]
+
+
+async def http_exception_handler(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 (unknown route or method) in our error shape."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return json_response(error_body("not_found", f"no route {request.url.path}"), 404)
+    if exc.status_code == 405:
+        return json_response(error_body("method_not_allowed", f"{request.method} not allowed here"), 405)
+    return json_response(error_body("error", str(exc.detail)), exc.status_code)
+
+
+async def internal_error_handler(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return json_response(error_body("internal", "internal error"), 500)
+
+
+EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+    HTTPException: http_exception_handler,
+    Exception: internal_error_handler,
+}
