@@ -16,6 +16,7 @@ import argparse
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -152,8 +153,19 @@ class System:
         """SIGKILL, as a crash would."""
         self.stop_service(name, signal.SIGKILL)
 
+    def check_ports_free(self) -> None:
+        """Fail fast, naming the port, if something already listens there
+        (typically another `make run`)."""
+        wanted = dict(self.ports)
+        if self.kafka_bootstrap is None:
+            wanted["broker"] = self.broker_port
+        for name, port in wanted.items():
+            if _listening("127.0.0.1", port):
+                raise RuntimeError(f"port {port} ({name}) is already in use: is Fanline already running?")
+
     def start(self, timeout: float = 90) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.check_ports_free()
         try:
             self.start_broker()
             for name in SERVICES:
@@ -189,9 +201,15 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _wait_tcp(host: str, port: int, timeout: float) -> None:
-    import socket
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
+
+def _wait_tcp(host: str, port: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

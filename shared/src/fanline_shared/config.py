@@ -25,11 +25,11 @@ class Env:
     def __init__(self, environ: Mapping[str, str]) -> None:
         self._env = environ
 
-    def str(self, name: str, default: str) -> str:
+    def string(self, name: str, default: str) -> str:
         value = self._env.get(name, "").strip()
         return value or default
 
-    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+    def integer(self, name: str, default: int, *, minimum: int | None = None) -> int:
         raw = self._env.get(name, "").strip()
         if not raw:
             return default
@@ -41,7 +41,7 @@ class Env:
             raise ConfigError(f"{name} must be >= {minimum}, got {value}")
         return value
 
-    def float(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float) -> float:
         raw = self._env.get(name, "").strip()
         if not raw:
             return default
@@ -50,7 +50,7 @@ class Env:
         except ValueError:
             raise ConfigError(f"{name} must be a number, got {raw!r}") from None
 
-    def bool(self, name: str, default: bool) -> bool:
+    def boolean(self, name: str, default: bool) -> bool:
         raw = self._env.get(name, "").strip().lower()
         if not raw:
             return default
@@ -61,7 +61,7 @@ class Env:
         raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.str(name, default)
+        value = self.string(name, default)
         if value not in choices:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return value
@@ -83,16 +83,16 @@ class StorageSettings:
     @classmethod
     def from_env(cls, env: Env) -> StorageSettings:
         backend = env.choice("FANLINE_BACKEND", "embedded", ("embedded", "cassandra"))
-        hosts = tuple(h.strip() for h in env.str("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",") if h.strip())
+        hosts = tuple(h.strip() for h in env.string("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",") if h.strip())
         return cls(
             backend=backend,  # type: ignore[arg-type]
-            data_dir=Path(env.str("FANLINE_DATA_DIR", ".data")).resolve(),
+            data_dir=Path(env.string("FANLINE_DATA_DIR", ".data")).resolve(),
             cassandra_hosts=hosts,
-            cassandra_port=env.int("FANLINE_CASSANDRA_PORT", 9042, minimum=1),
-            keyspace_prefix=env.str("FANLINE_KEYSPACE_PREFIX", "fanline"),
-            replication_factor=env.int("FANLINE_CASSANDRA_RF", 1, minimum=1),
-            local_dc=env.str("FANLINE_CASSANDRA_DC", "datacenter1"),
-            request_timeout_s=env.float("FANLINE_CASSANDRA_TIMEOUT_S", 10.0),
+            cassandra_port=env.integer("FANLINE_CASSANDRA_PORT", 9042, minimum=1),
+            keyspace_prefix=env.string("FANLINE_KEYSPACE_PREFIX", "fanline"),
+            replication_factor=env.integer("FANLINE_CASSANDRA_RF", 1, minimum=1),
+            local_dc=env.string("FANLINE_CASSANDRA_DC", "datacenter1"),
+            request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0),
         )
 
     def keyspace(self, owner: str) -> str:
@@ -115,13 +115,13 @@ class KafkaSettings:
     @classmethod
     def from_env(cls, env: Env) -> KafkaSettings:
         return cls(
-            bootstrap=env.str("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
-            idempotence=env.bool("FANLINE_KAFKA_IDEMPOTENCE", True),
-            events_topic=env.str("FANLINE_EVENTS_TOPIC", "fanline.events"),
-            dlq_topic=env.str("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
-            partitions=env.int("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
-            replication_factor=env.int("FANLINE_TOPIC_RF", 1, minimum=1),
-            request_timeout_s=env.float("FANLINE_KAFKA_TIMEOUT_S", 5.0),
+            bootstrap=env.string("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+            idempotence=env.boolean("FANLINE_KAFKA_IDEMPOTENCE", True),
+            events_topic=env.string("FANLINE_EVENTS_TOPIC", "fanline.events"),
+            dlq_topic=env.string("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
+            partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
+            replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
+            request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0),
         )
 
 
@@ -135,8 +135,8 @@ class HttpSettings:
     @classmethod
     def from_env(cls, env: Env, prefix: str, default_port: int) -> HttpSettings:
         return cls(
-            host=env.str(f"FANLINE_{prefix}_HOST", "127.0.0.1"),
-            port=env.int(f"FANLINE_{prefix}_PORT", default_port, minimum=0),
+            host=env.string(f"FANLINE_{prefix}_HOST", "127.0.0.1"),
+            port=env.integer(f"FANLINE_{prefix}_PORT", default_port, minimum=0),
         )
 
 
@@ -151,7 +151,7 @@ class PeerSettings:
     @classmethod
     def from_env(cls, env: Env) -> PeerSettings:
         return cls(
-            social_graph_url=env.str("FANLINE_SOCIAL_GRAPH_URL", "http://127.0.0.1:8001").rstrip("/"),
-            tweet_store_url=env.str("FANLINE_TWEET_STORE_URL", "http://127.0.0.1:8002").rstrip("/"),
-            timeout_s=env.float("FANLINE_PEER_TIMEOUT_S", 10.0),
+            social_graph_url=env.string("FANLINE_SOCIAL_GRAPH_URL", "http://127.0.0.1:8001").rstrip("/"),
+            tweet_store_url=env.string("FANLINE_TWEET_STORE_URL", "http://127.0.0.1:8002").rstrip("/"),
+            timeout_s=env.number("FANLINE_PEER_TIMEOUT_S", 10.0),
         )

@@ -38,7 +38,7 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
-    except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, KafkaError, OSError) as exc:
         await _quiet_close(admin)
         raise Unavailable(f"kafka unavailable at {settings.bootstrap}: {exc!r}") from None
     try:
@@ -120,7 +120,7 @@ class EventPublisher:
             )
             try:
                 await asyncio.wait_for(producer.start(), self._settings.request_timeout_s)
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 await _quiet_close(producer)
                 self._last_error = repr(exc)
                 self._retry_at = time.monotonic() + CIRCUIT_OPEN_S
@@ -138,7 +138,7 @@ class EventPublisher:
                 producer.send_and_wait(self._settings.events_topic, event.payload, key=event.key.encode()),
                 self._settings.request_timeout_s,
             )
-        except (Unavailable, KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, Unavailable, KafkaError, OSError) as exc:
             metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
             self._last_error = repr(exc)
             await self._reset()
@@ -167,7 +167,7 @@ class EventPublisher:
             try:
                 await asyncio.wait_for(future, self._settings.request_timeout_s)
                 done.append(event)
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
                 self._last_error = repr(exc)
         if len(done) < len(events):
@@ -179,7 +179,7 @@ class EventPublisher:
         producer = await self._ensure()
         try:
             await asyncio.wait_for(producer.partitions_for(self._settings.events_topic), 3.0)
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             await self._reset()
             raise Unavailable(f"kafka unavailable: {exc!r}") from None
 

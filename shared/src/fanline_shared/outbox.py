@@ -137,7 +137,7 @@ class OutboxRelay:
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), self._interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             try:

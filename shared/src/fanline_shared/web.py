@@ -56,7 +56,7 @@ def route(service: str, path: str, handler: Handler, methods: list[str], name: s
             response = await handler(request)
         except DomainError as exc:
             response = error_response(exc)
-        except Exception:  # noqa: BLE001 - the edge must never leak a stack trace
+        except Exception:
             log.exception("unhandled error on %s %s", request.method, path)
             response = json_response(error_body("internal", "internal error"), 500)
         elapsed = time.perf_counter() - started

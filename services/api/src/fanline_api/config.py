@@ -31,11 +31,11 @@ class Settings:
             http=HttpSettings.from_env(env, "API", 8000),
             kafka=KafkaSettings.from_env(env),
             peers=PeerSettings.from_env(env),
-            cursor_secret=env.str("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET).encode(),
-            relay_interval_s=env.float("FANLINE_RELAY_INTERVAL_S", 1.0),
-            relay_stale_after_ms=env.int("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
+            cursor_secret=env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET).encode(),
+            relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0),
+            relay_stale_after_ms=env.integer("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
             # Per client address; 0 disables rate limiting.
-            rate_limit_per_s=env.float("FANLINE_RATE_LIMIT_PER_S", 0.0),
-            rate_limit_burst=env.int("FANLINE_RATE_LIMIT_BURST", 100, minimum=1),
-            ensure_topics=env.bool("FANLINE_ENSURE_TOPICS", True),
+            rate_limit_per_s=env.number("FANLINE_RATE_LIMIT_PER_S", 0.0),
+            rate_limit_burst=env.integer("FANLINE_RATE_LIMIT_BURST", 100, minimum=1),
+            ensure_topics=env.boolean("FANLINE_ENSURE_TOPICS", True),
         )

@@ -47,7 +47,7 @@ LIMIT = {"name": "limit", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT}}
 CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
           "description": "The previous page's next_cursor, unchanged"}
-AUTH = [{"bearer": []}]
+AUTH: list[dict[str, list[str]]] = [{"bearer": []}]
 
 
 def _timeline(summary: str, params: list[dict[str, Any]], auth: bool, extra: tuple[int, ...] = ()) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import logging
 import os
 
 import faust
+import uvloop
 
 from fanline_shared.errors import Unavailable
 from fanline_shared.kafka import ensure_topics
@@ -31,7 +32,8 @@ def main() -> None:
     log.info("topics ready: %s", counts)
     app = create_app(settings)
     level = os.environ.get("FANLINE_LOG_LEVEL", "INFO").lower()
-    worker = faust.Worker(app, loglevel=level, loop="uvloop")
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    worker = faust.Worker(app, loglevel=level)
     worker.execute_from_commandline()
 
 

@@ -100,9 +100,11 @@ def create_app(settings: Settings) -> faust.App:
         key_serializer="raw",
         topic_partitions=settings.kafka.partitions,
         topic_replication_factor=settings.kafka.replication_factor,
-        topic_disable_leader=True,  # no extra internal topic to create
         consumer_auto_offset_reset="earliest",  # events published before the first start count
         broker_commit_interval=settings.commit_interval_s,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_heartbeat_interval=1.0,
         producer_acks=-1,
         store="memory://",
         web_enabled=True,
@@ -121,6 +123,11 @@ def create_app(settings: Settings) -> faust.App:
                               pages_in_flight=settings.pages_in_flight)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     metrics.set_build_info(SERVICE, __version__)
+    joined = {"group": False}
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(_sender: Any, assigned: Any, **_: Any) -> None:
+        joined["group"] = True
 
     @app.agent(events_topic, concurrency=1)
     async def fanout(stream: Any) -> None:
@@ -155,6 +162,8 @@ def create_app(settings: Settings) -> faust.App:
                 await client.call("GET", "/healthz", operation="healthz", policy=None)
             except DomainError as exc:
                 failing[name] = exc.message
+        if not joined["group"]:
+            failing["kafka"] = "consumer group not joined yet"
         if not app.consumer.assignment() and not failing:
             # Not necessarily an error (more replicas than partitions), but
             # this replica is doing nothing: say so.

@@ -18,6 +18,8 @@ class Settings:
     pages_in_flight: int
     max_unexpected_attempts: int
     commit_interval_s: float
+    session_timeout_s: float
+    rebalance_timeout_s: float
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -26,13 +28,18 @@ class Settings:
             http=HttpSettings.from_env(env, "WORKER", 8003),
             kafka=KafkaSettings.from_env(env),
             peers=PeerSettings.from_env(env),
-            group_id=env.str("FANLINE_WORKER_GROUP", "fanline-fanout"),
+            group_id=env.string("FANLINE_WORKER_GROUP", "fanline-fanout"),
             # Followers fetched per page and written per tweet-store call.
-            follower_page_size=env.int("FANLINE_FANOUT_PAGE_SIZE", 1000, minimum=1),
+            follower_page_size=env.integer("FANLINE_FANOUT_PAGE_SIZE", 1000, minimum=1),
             # Pages being written while the next page is fetched.
-            pages_in_flight=env.int("FANLINE_FANOUT_PAGES_IN_FLIGHT", 4, minimum=1),
+            pages_in_flight=env.integer("FANLINE_FANOUT_PAGES_IN_FLIGHT", 4, minimum=1),
             # An event failing with an unexpected (non-transient) error this many
             # times goes to the dead-letter topic.
-            max_unexpected_attempts=env.int("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
-            commit_interval_s=env.float("FANLINE_COMMIT_INTERVAL_S", 1.0),
+            max_unexpected_attempts=env.integer("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
+            commit_interval_s=env.number("FANLINE_COMMIT_INTERVAL_S", 1.0),
+            # A killed worker's partitions move to the others after the
+            # session timeout. The embedded broker also makes a joining
+            # member wait the whole rebalance timeout, so keep it short.
+            session_timeout_s=env.number("FANLINE_WORKER_SESSION_TIMEOUT_S", 10.0),
+            rebalance_timeout_s=env.number("FANLINE_WORKER_REBALANCE_TIMEOUT_S", 5.0),
         )

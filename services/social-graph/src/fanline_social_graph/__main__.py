@@ -1,17 +1,39 @@
-"""Entry point: ``fanline-social-graph`` (or ``python -m fanline_social_graph``)."""
+"""Entry point: ``fanline-social-graph`` (or ``python -m fanline_social_graph``).
+
+``fanline-social-graph``          serve the internal HTTP API
+``fanline-social-graph migrate``  create or migrate this service's schema, then exit
+                         (the compose ``cassandra-init`` job and operators use it)
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 
-from fanline_shared.server import serve
+from fanline_shared.server import configure_logging, serve
 
+from .adapters import build_storage
 from .app import SERVICE, create_app
 from .config import Settings
 
 
+async def migrate(settings: Settings) -> None:
+    storage = build_storage(settings.storage)
+    await storage.start()  # start() creates or migrates the schema idempotently
+    await storage.close()
+
+
 def main() -> None:
     settings = Settings.from_env(os.environ)
+    args = sys.argv[1:]
+    if args == ["migrate"]:
+        configure_logging(SERVICE)
+        asyncio.run(migrate(settings))
+        print(f"{SERVICE}: schema up to date ({settings.storage.backend})")
+        return
+    if args:
+        sys.exit("usage: fanline-social-graph [migrate]")
     serve(create_app(settings), settings.http, SERVICE)
 
 

@@ -23,9 +23,9 @@ class Settings:
         return cls(
             http=HttpSettings.from_env(env, "SOCIAL_GRAPH", 8001),
             storage=StorageSettings.from_env(env),
-            session_ttl_s=env.int("FANLINE_SESSION_TTL_S", 30 * 24 * 3600, minimum=60),
+            session_ttl_s=env.integer("FANLINE_SESSION_TTL_S", 30 * 24 * 3600, minimum=60),
             # argon2-cffi's RFC 9106 "low memory" profile by default.
-            argon2_time_cost=env.int("FANLINE_ARGON2_TIME_COST", 3, minimum=1),
-            argon2_memory_kib=env.int("FANLINE_ARGON2_MEMORY_KIB", 65536, minimum=8),
-            argon2_parallelism=env.int("FANLINE_ARGON2_PARALLELISM", 4, minimum=1),
+            argon2_time_cost=env.integer("FANLINE_ARGON2_TIME_COST", 3, minimum=1),
+            argon2_memory_kib=env.integer("FANLINE_ARGON2_MEMORY_KIB", 65536, minimum=8),
+            argon2_parallelism=env.integer("FANLINE_ARGON2_PARALLELISM", 4, minimum=1),
         )

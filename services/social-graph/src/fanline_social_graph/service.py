@@ -180,4 +180,4 @@ def edge_json(edge: Edge) -> dict[str, str]:
     return {"username": edge.username, "since": to_rfc3339(edge.since)}
 
 
-__all__ = ["SocialGraph", "edge_json", "token_hash", "datetime"]
+__all__ = ["SocialGraph", "datetime", "edge_json", "token_hash"]

@@ -168,4 +168,5 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
         *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    return app

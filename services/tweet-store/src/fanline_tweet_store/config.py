@@ -23,8 +23,8 @@ class Settings:
             http=HttpSettings.from_env(env, "TWEET_STORE", 8002),
             storage=StorageSettings.from_env(env),
             # Home-timeline rows expire this long after the tweet was created.
-            home_retention_s=env.int("FANLINE_HOME_RETENTION_S", 30 * 24 * 3600, minimum=60),
-            idempotency_ttl_s=env.int("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1),
+            home_retention_s=env.integer("FANLINE_HOME_RETENTION_S", 30 * 24 * 3600, minimum=60),
+            idempotency_ttl_s=env.integer("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1),
             # How many of an author's recent tweets a new follower receives.
-            follow_merge_count=env.int("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50),
+            follow_merge_count=env.integer("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50),
         )
