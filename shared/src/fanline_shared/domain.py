@@ -98,14 +98,18 @@ def new_timeuuid(when: datetime | None = None) -> uuid.UUID:
     """
     if when is None:
         return uuid.uuid1(node=uuid.getnode() ^ _random_bits(48), clock_seq=_random_bits(14))
-    ticks = int((when - _UUID_EPOCH).total_seconds() * 10_000_000)
-    return _timeuuid_from_ticks(ticks, _random_bits(14), _random_bits(48) | 0x010000000000)
+    return _timeuuid_from_ticks(_ticks(when), _random_bits(14), _random_bits(48) | 0x010000000000)
 
 
 def min_timeuuid(when: datetime) -> uuid.UUID:
     """Smallest timeuuid of a given instant (for range bounds)."""
-    ticks = int((when - _UUID_EPOCH).total_seconds() * 10_000_000)
-    return _timeuuid_from_ticks(ticks, 0, 0)
+    return _timeuuid_from_ticks(_ticks(when), 0, 0)
+
+
+def _ticks(when: datetime) -> int:
+    """100 ns intervals since the UUID epoch, in exact integer arithmetic."""
+    delta = when - _UUID_EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 10_000_000 + delta.microseconds * 10
 
 
 def _timeuuid_from_ticks(ticks: int, clock_seq: int, node: int) -> uuid.UUID:
