@@ -89,3 +89,11 @@ def api(system: System) -> Iterator[Api]:
     client = Api(system.url())
     yield client
     client.close()
+
+
+@pytest.fixture
+def kafka_control(real_infra: Any) -> Any:
+    """Stop and start the real Kafka (its data survives) to simulate an outage."""
+    if not hasattr(real_infra, "control"):
+        pytest.fail("the real_infra fixture does not expose engine control")
+    return real_infra.control
