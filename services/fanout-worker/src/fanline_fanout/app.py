@@ -124,8 +124,11 @@ def create_app(settings: Settings) -> faust.App:
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     metrics.set_build_info(SERVICE, __version__)
     joined = {"group": False}
+    # Consumers have been seen stuck after broker restarts: readiness fails
+    # when there is lag but no event has been processed for a while.
+    progress = {"last_event": time.monotonic(), "lag": 0.0}
 
-    @app.on_partitions_assigned.connect
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(_sender: Any, assigned: Any, **_: Any) -> None:
         joined["group"] = True
 
@@ -135,11 +138,13 @@ def create_app(settings: Settings) -> faust.App:
             message = event.message
             origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
             await processor.process(event.key, event.value, origin)
+            progress["last_event"] = time.monotonic()
 
     @app.timer(interval=5.0)
     async def report_lag() -> None:
         consumer = app.consumer
         committed = getattr(consumer, "_committed_offset", {})
+        total = 0.0
         for tp in consumer.assignment():
             if not isinstance(tp, TP) or tp.topic != settings.kafka.events_topic:
                 continue
@@ -149,6 +154,10 @@ def create_app(settings: Settings) -> faust.App:
             done = committed.get(tp)
             lag = high - (done + 1 if done is not None else 0)
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, lag))
+            total += max(0, lag)
+        if total and not progress["lag"]:
+            progress["last_event"] = time.monotonic()  # lag just appeared: start the clock now
+        progress["lag"] = total
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
@@ -164,6 +173,8 @@ def create_app(settings: Settings) -> faust.App:
                 failing[name] = exc.message
         if not joined["group"]:
             failing["kafka"] = "consumer group not joined yet"
+        elif progress["lag"] and time.monotonic() - progress["last_event"] > settings.stuck_after_s:
+            failing["kafka"] = f"consumer stuck: lag {progress['lag']:.0f} and no progress for {settings.stuck_after_s:.0f}s"
         if not app.consumer.assignment() and not failing:
             # Not necessarily an error (more replicas than partitions), but
             # this replica is doing nothing: say so.

@@ -20,6 +20,7 @@ class Settings:
     commit_interval_s: float
     session_timeout_s: float
     rebalance_timeout_s: float
+    stuck_after_s: float
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -42,4 +43,6 @@ class Settings:
             # member wait the whole rebalance timeout, so keep it short.
             session_timeout_s=env.number("FANLINE_WORKER_SESSION_TIMEOUT_S", 10.0),
             rebalance_timeout_s=env.number("FANLINE_WORKER_REBALANCE_TIMEOUT_S", 5.0),
+            # /readyz fails if there is lag but nothing was processed this long.
+            stuck_after_s=env.number("FANLINE_WORKER_STUCK_AFTER_S", 120.0),
         )
