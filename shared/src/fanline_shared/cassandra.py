@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import math
 import threading
 import time
 import uuid
@@ -41,11 +42,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, ResponseFuture, Session
+from cassandra.connection import ProtocolVersionUnsupported
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.protocol import RequestValidationException as _ProtocolValidationError
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, Statement, named_tuple_factory
 
-from cassandra import ConsistencyLevel, DriverException
+from cassandra import ConsistencyLevel, DriverException, ProtocolVersion
 from cassandra import RequestValidationException as _DriverValidationError
 
 from . import metrics, policies
@@ -62,6 +64,7 @@ Params = Sequence[Any] | None
 # result is a single page; if one is not, the next pages are still fetched from
 # the driver's callbacks (see ``_Single``), never synchronously in the loop.
 FETCH_SIZE = 5000
+MAX_TTL = 630_720_000  # Cassandra's maximum TTL: 20 years
 
 try:  # cassandra-driver 3.30.1 wheels bundle libev; asyncore is gone in 3.12
     from cassandra.io.libevreactor import LibevConnection as _Connection
@@ -87,10 +90,22 @@ def connect(settings: StorageSettings) -> Session:
     One execution profile: token-aware routing over DC-aware round robin in the
     local DC, LOCAL_QUORUM reads (writes override it per statement via
     ``prepare``), LOCAL_SERIAL for lightweight transactions, the configured
-    request timeout. The protocol version is negotiated (v5 with Cassandra 4+,
-    v4 otherwise); the driver never uses beta versions. Raise ``Unavailable``
-    if no contact point answers.
+    request timeout. Native protocol v5 (Cassandra 4.0+), falling back to v4
+    for older clusters — set explicitly, because letting the driver negotiate
+    starts at its DSE versions and logs a downgrade warning per connection.
+    Raise ``Unavailable`` if no contact point answers.
     """
+    try:
+        return _connect(settings, ProtocolVersion.V5)
+    except _ProtocolTooNew:
+        return _connect(settings, ProtocolVersion.V4)
+
+
+class _ProtocolTooNew(Exception):
+    pass
+
+
+def _connect(settings: StorageSettings, protocol_version: int) -> Session:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
         consistency_level=READ_CL,
@@ -101,18 +116,26 @@ def connect(settings: StorageSettings) -> Session:
     kwargs: dict[str, Any] = {}
     if _Connection is not None:
         kwargs["connection_class"] = _Connection
-    cluster = Cluster(
-        contact_points=list(settings.cassandra_hosts),
-        port=settings.cassandra_port,
-        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-        connect_timeout=min(10.0, settings.request_timeout_s),
-        control_connection_timeout=settings.request_timeout_s,
-        **kwargs,
-    )
+    cluster: Cluster | None = None
     try:
+        cluster = Cluster(
+            contact_points=list(settings.cassandra_hosts),
+            port=settings.cassandra_port,
+            protocol_version=protocol_version,
+            execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+            connect_timeout=min(10.0, settings.request_timeout_s),
+            control_connection_timeout=settings.request_timeout_s,
+            **kwargs,
+        )
         return cluster.connect()
     except Exception as exc:
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        if isinstance(exc, NoHostAvailable) and protocol_version > ProtocolVersion.V4 and any(
+            isinstance(e, ProtocolVersionUnsupported) or "protocol version" in str(e).lower()
+            for e in exc.errors.values()
+        ):
+            raise _ProtocolTooNew() from exc
         if isinstance(exc, (NoHostAvailable, DriverException, OSError)):
             raise Unavailable(f"cassandra unreachable at {_contact(settings)}: {exc}") from exc
         raise
@@ -521,6 +544,27 @@ class Keyspace:
     async def ping(self) -> None:
         await ping(self._session)
 
+    def outbox(self) -> CassandraOutbox:
+        """This keyspace's outbox (its statements are prepared on start)."""
+        box = CassandraOutbox(self.name)
+        self.on_start(box.prepare)
+        return box
+
+
+class Repository:
+    """Base of a repository over one ``Keyspace``: ``_prepare`` runs on start."""
+
+    def __init__(self, keyspace: Keyspace) -> None:
+        self._ks = keyspace
+        keyspace.on_start(self._prepare)
+
+    def _prepare(self, session: Session) -> None:
+        raise NotImplementedError
+
+    @property
+    def _session(self) -> Session:
+        return self._ks.session
+
 
 # --- time helpers -----------------------------------------------------------------------
 
@@ -530,13 +574,23 @@ def to_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def truncate_ms(value: datetime) -> datetime:
+    """``value`` in UTC at the millisecond precision a ``timestamp`` column keeps,
+    so what a write returns equals what a later read returns."""
+    value = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
 def ttl_until(expires_at: datetime, now: datetime) -> int:
-    """Whole seconds until ``expires_at`` (rounded up), 0 when in the past;
-    capped at Cassandra's maximum TTL (20 years)."""
+    """A TTL that keeps a row at least until ``expires_at``: 0 when that is
+    past, else the whole seconds left rounded up, plus one — Cassandra counts a
+    TTL from the whole second of the write, so a row may otherwise expire up
+    to a second early. Readers that need the exact instant compare a stored
+    expiry. Capped at Cassandra's maximum TTL (20 years)."""
     seconds = (expires_at - now).total_seconds()
     if seconds <= 0:
         return 0
-    return min(int(-(-seconds // 1)), 630_720_000)
+    return min(math.ceil(seconds) + 1, MAX_TTL)
 
 
 # --- the outbox ---------------------------------------------------------------------------
@@ -546,6 +600,8 @@ OUTBOX_SHARDS = 8
 # right before the write; requests time out after seconds). Only buckets older
 # than that may be dropped from the bucket index once empty.
 OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
+# Writers skip re-indexing a minute they indexed themselves only this recently.
+_INDEX_TRUST_MINUTES = 5
 _MINUTE = 60
 
 
@@ -569,16 +625,16 @@ OUTBOX_MIGRATIONS = (
       AND default_time_to_live = 604800;
     """,
     # Which minutes of a shard may still hold events: written before the event,
-    # removed by the relay once a closed minute is empty. Ascending, so the
-    # relay reads the oldest first.
+    # removed by the relay once a closed minute is empty (no TTL: an index row
+    # must not expire before the events it points to). Ascending, so the relay
+    # reads the oldest first.
     """
     CREATE TABLE IF NOT EXISTS {keyspace}.outbox_minutes (
         shard int,
         minute bigint,
         PRIMARY KEY (shard, minute)
     ) WITH CLUSTERING ORDER BY (minute ASC)
-      AND gc_grace_seconds = 3600
-      AND default_time_to_live = 604800;
+      AND gc_grace_seconds = 3600;
     """,
 )
 
@@ -595,13 +651,15 @@ def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
 class CassandraOutbox:
     """The ``Outbox`` port over ``outbox`` + ``outbox_minutes`` of one keyspace.
 
-    Owning adapters write events with ``write_statements(event)`` (inside their
-    own batch or concurrently); this class reads and acknowledges them.
+    Owning adapters store an event with ``ensure_index(event)`` followed by
+    ``row_write(event)`` (inside their own batch); this class reads and
+    acknowledges them.
     """
 
     def __init__(self, keyspace: str) -> None:
         self.keyspace = keyspace
         self.session: Session | None = None
+        self._indexed: set[tuple[int, int]] = set()
 
     def prepare(self, session: Session) -> None:
         """Blocking: prepare the statements (call from ``to_thread``)."""
@@ -623,19 +681,32 @@ class CassandraOutbox:
         self._delete_minute = prepare(
             session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
 
-    def write_statements(self, event: OutboxEvent) -> list[tuple[PreparedStatement, tuple[Any, ...]]]:
-        """The two writes that store ``event``: the minute index, then the row."""
+    def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
+        """The write of the event's row (callers put it in their own batch)."""
         shard, minute = outbox_partition(event.id)
-        return [
-            (self._insert_minute, (shard, minute)),
-            (self._insert, (shard, minute, event.id, event.key, event.payload)),
-        ]
+        return self._insert, (shard, minute, event.id, event.key, event.payload)
+
+    async def ensure_index(self, event: OutboxEvent) -> None:
+        """Record the event's minute in ``outbox_minutes``: before (or with) the
+        row, so a crash never leaves a row the relay cannot find.
+
+        Each process remembers the minutes it indexed recently and skips
+        rewriting them (one index write per shard-minute instead of one per
+        event). Only recent minutes are trusted: the relay may drop the index
+        row of a minute once it is closed and empty."""
+        shard, minute = outbox_partition(event.id)
+        if (shard, minute) in self._indexed and minute >= unix_minute(datetime.now(UTC)) - _INDEX_TRUST_MINUTES:
+            return
+        await execute(self._session(), self._insert_minute, (shard, minute), name="outbox_index")
+        if len(self._indexed) > 4096:
+            self._indexed.clear()
+        self._indexed.add((shard, minute))
 
     async def append(self, event: OutboxEvent) -> None:
-        """Store one event on its own (index first, so a crash never hides it)."""
-        session = self._session()
-        for stmt, params in self.write_statements(event):
-            await execute(session, stmt, params, name="outbox_append")
+        """Store one event on its own (index first)."""
+        await self.ensure_index(event)
+        stmt, params = self.row_write(event)
+        await execute(self._session(), stmt, params, name="outbox_append")
 
     def _session(self) -> Session:
         if self.session is None:

@@ -110,7 +110,18 @@ class SqliteDatabase:
         # isolation_level=None: no implicit transactions; ``run`` issues BEGIN.
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        # Switching to WAL needs an exclusive lock and does not wait on the busy
+        # handler: retry while another process opens the same file.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.02)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         self._conn = conn
@@ -120,10 +131,14 @@ class SqliteDatabase:
         executor, self._executor = self._executor, None
         if executor is None:
             return
+        # Queued behind the operations already submitted, which finish first.
+        await asyncio.get_running_loop().run_in_executor(executor, self._close_connection)
+        executor.shutdown(wait=True)
+
+    def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        executor.shutdown(wait=True)
+            conn.close()
 
     async def ping(self) -> None:
         await self.run(lambda conn: conn.execute("SELECT 1").fetchone(), name="ping", write=False)
@@ -137,7 +152,7 @@ class SqliteDatabase:
         started = time.perf_counter()
         try:
             return await asyncio.get_running_loop().run_in_executor(executor, fn)
-        except sqlite3.OperationalError as exc:
+        except (sqlite3.OperationalError, OSError) as exc:  # locked, I/O error, disk full, no directory
             raise Unavailable(f"sqlite {self.path.name}: {name} failed: {exc}") from exc
         except RuntimeError as exc:  # executor shut down under us
             if self._executor is None:

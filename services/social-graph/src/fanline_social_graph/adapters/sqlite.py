@@ -1,0 +1,320 @@
+"""Embedded SQLite adapters of social-graph (the default backend).
+
+The same tables as the Cassandra keyspace, in one file
+(``<data_dir>/<keyspace("social_graph")>.sqlite3``). Every operation is one
+transaction on the database's single thread, so an edge, its reverse row, both
+counts and the outbox event commit together; uniqueness of names is the
+primary key of ``users``. Timestamps are integer milliseconds (see
+``fanline_shared.sqlite``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from fanline_shared.config import StorageSettings
+from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
+from fanline_shared.errors import Conflict
+from fanline_shared.sqlite import (
+    OUTBOX_MIGRATION,
+    SqliteDatabase,
+    SqliteOutbox,
+    append_event,
+    from_ms,
+    now_ms,
+    to_ms,
+)
+
+from . import OWNER, SocialGraphStorage
+
+_TOP = "\U0010ffff"  # sorts after every character a username can contain
+_PURGE_EVERY = 256  # session creations between purges of expired sessions
+_PURGE_BATCH = 1000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+    username_lc TEXT PRIMARY KEY,
+    username TEXT NOT NULL,
+    password_hash TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    token_hash TEXT PRIMARY KEY,
+    username TEXT NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
+CREATE TABLE IF NOT EXISTS following (
+    follower_lc TEXT NOT NULL,
+    followee_lc TEXT NOT NULL,
+    followee TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    PRIMARY KEY (follower_lc, followee_lc)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS followers (
+    followee_lc TEXT NOT NULL,
+    follower_lc TEXT NOT NULL,
+    follower TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    PRIMARY KEY (followee_lc, follower_lc)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS follow_counts (
+    username_lc TEXT PRIMARY KEY,
+    followers INTEGER NOT NULL DEFAULT 0,
+    following INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+
+
+class SqliteEngine:
+    """The ``Lifecycle`` of the social-graph database."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def start(self) -> None:
+        await self.db.open()
+        await self.db.migrate(MIGRATIONS)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def ping(self) -> None:
+        await self.db.ping()
+
+
+def _user(row: sqlite3.Row | tuple[str, int]) -> User:
+    return User(username=row[0], created_at=from_ms(row[1]))
+
+
+class SqliteUsers:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def create(self, username: str, password_hash: str, created_at: datetime) -> User:
+        lc, ms = canonical(username), to_ms(created_at)
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (lc, username, password_hash, ms),
+            )
+            return cur.rowcount == 1
+
+        if not await self.db.run(insert, name="users_create"):
+            raise Conflict(f"username '{username}' is taken", code="username_taken")
+        return User(username=username, created_at=from_ms(ms))
+
+    async def get(self, username: str) -> User | None:
+        lc = canonical(username)
+
+        def read(conn: sqlite3.Connection) -> User | None:
+            row = conn.execute("SELECT username, created_at FROM users WHERE username_lc = ?", (lc,)).fetchone()
+            return _user(row) if row else None
+
+        return await self.db.run(read, name="users_get", write=False)
+
+    async def get_many(self, usernames: Sequence[str]) -> dict[str, User]:
+        names = list(dict.fromkeys(canonical(u) for u in usernames))
+        if not names:
+            return {}
+
+        def read(conn: sqlite3.Connection) -> dict[str, User]:
+            marks = ",".join("?" * len(names))
+            rows = conn.execute(
+                f"SELECT username_lc, username, created_at FROM users WHERE username_lc IN ({marks})", names
+            ).fetchall()
+            return {r[0]: _user((r[1], r[2])) for r in rows}
+
+        return await self.db.run(read, name="users_get_many", write=False)
+
+    async def credentials(self, username: str) -> tuple[User, str] | None:
+        lc = canonical(username)
+
+        def read(conn: sqlite3.Connection) -> tuple[User, str] | None:
+            row = conn.execute(
+                "SELECT username, created_at, password_hash FROM users WHERE username_lc = ?", (lc,)
+            ).fetchone()
+            return (_user((row[0], row[1])), row[2]) if row else None
+
+        return await self.db.run(read, name="users_credentials", write=False)
+
+    async def search_prefix(self, prefix: str, limit: int) -> list[User]:
+        prefix = canonical(prefix)
+        if limit <= 0:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[User]:
+            rows = conn.execute(
+                "SELECT username, created_at FROM users WHERE username_lc >= ? AND username_lc < ? "
+                "ORDER BY username_lc LIMIT ?",
+                (prefix, prefix + _TOP, limit),
+            ).fetchall()
+            return [_user(r) for r in rows]
+
+        return await self.db.run(read, name="users_search", write=False)
+
+
+class SqliteSessions:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        self._creates = 0
+
+    async def create(self, token_hash: str, username: str, expires_at: datetime) -> None:
+        expires, now = to_ms(expires_at), now_ms()
+        if expires <= now:
+            return  # already expired: nothing a later get could return
+        self._creates += 1
+        purge = self._creates % _PURGE_EVERY == 0
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO sessions (token_hash, username, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (token_hash) DO UPDATE SET username = excluded.username, "
+                "expires_at = excluded.expires_at",
+                (token_hash, username, expires),
+            )
+            if purge:
+                conn.execute(
+                    "DELETE FROM sessions WHERE rowid IN "
+                    "(SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)",
+                    (now, _PURGE_BATCH),
+                )
+
+        await self.db.run(insert, name="sessions_create")
+
+    async def get(self, token_hash: str) -> Session | None:
+        now = now_ms()
+
+        def read(conn: sqlite3.Connection) -> Session | None:
+            row = conn.execute(
+                "SELECT username, expires_at FROM sessions WHERE token_hash = ? AND expires_at > ?",
+                (token_hash, now),
+            ).fetchone()
+            return Session(username=row[0], expires_at=from_ms(row[1])) if row else None
+
+        return await self.db.run(read, name="sessions_get", write=False)
+
+    async def revoke(self, token_hash: str) -> None:
+        await self.db.run(lambda conn: conn.execute("DELETE FROM sessions WHERE token_hash = ?", (token_hash,)),
+                          name="sessions_revoke")
+
+
+_BUMP = (
+    "INSERT INTO follow_counts (username_lc, {column}) VALUES (?, ?) "
+    "ON CONFLICT (username_lc) DO UPDATE SET {column} = {column} + excluded.{column}"
+)
+
+
+class SqliteFollows:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def follow(self, follower: str, followee: str, since: datetime, event: OutboxEvent) -> bool:
+        a, b, ms = canonical(follower), canonical(followee), to_ms(since)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (a, b, followee, ms),
+            )
+            created = cur.rowcount == 1
+            if created:
+                conn.execute(
+                    "INSERT INTO followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    (b, a, follower, ms),
+                )
+                conn.execute(_BUMP.format(column="followers"), (b, 1))
+                conn.execute(_BUMP.format(column="following"), (a, 1))
+            # Like the Cassandra adapter: the event is appended whether or not
+            # the edge was new (events are idempotent; same event id: once).
+            append_event(conn, event)
+            return created
+
+        return await self.db.run(write, name="follow")
+
+    async def unfollow(self, follower: str, followee: str, event: OutboxEvent) -> bool:
+        a, b = canonical(follower), canonical(followee)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM following WHERE follower_lc = ? AND followee_lc = ?", (a, b))
+            removed = cur.rowcount == 1
+            if removed:
+                conn.execute("DELETE FROM followers WHERE followee_lc = ? AND follower_lc = ?", (b, a))
+                conn.execute(_BUMP.format(column="followers"), (b, -1))
+                conn.execute(_BUMP.format(column="following"), (a, -1))
+            append_event(conn, event)
+            return removed
+
+        return await self.db.run(write, name="unfollow")
+
+    async def is_following(self, follower: str, followee: str) -> bool:
+        a, b = canonical(follower), canonical(followee)
+
+        def read(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT 1 FROM following WHERE follower_lc = ? AND followee_lc = ?", (a, b)
+            ).fetchone()
+            return row is not None
+
+        return await self.db.run(read, name="is_following", write=False)
+
+    async def following(self, username: str, limit: int, after: str | None) -> list[Edge]:
+        return await self._edges(
+            "SELECT followee, since FROM following WHERE follower_lc = ? AND followee_lc > ? "
+            "ORDER BY followee_lc LIMIT ?",
+            username, limit, after, "following",
+        )
+
+    async def followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
+        return await self._edges(
+            "SELECT follower, since FROM followers WHERE followee_lc = ? AND follower_lc > ? "
+            "ORDER BY follower_lc LIMIT ?",
+            username, limit, after, "followers",
+        )
+
+    async def _edges(self, sql: str, username: str, limit: int, after: str | None, name: str) -> list[Edge]:
+        if limit <= 0:
+            return []
+        params = (canonical(username), canonical(after or ""), limit)
+
+        def read(conn: sqlite3.Connection) -> list[Edge]:
+            return [Edge(username=r[0], since=from_ms(r[1])) for r in conn.execute(sql, params)]
+
+        return await self.db.run(read, name=name, write=False)
+
+    async def counts(self, usernames: Sequence[str]) -> dict[str, tuple[int, int]]:
+        names = list(dict.fromkeys(canonical(u) for u in usernames))
+        if not names:
+            return {}
+
+        def read(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:
+            marks = ",".join("?" * len(names))
+            found = {
+                r[0]: (max(0, r[1]), max(0, r[2]))
+                for r in conn.execute(
+                    f"SELECT username_lc, followers, following FROM follow_counts WHERE username_lc IN ({marks})",
+                    names,
+                )
+            }
+            return {n: found.get(n, (0, 0)) for n in names}
+
+        return await self.db.run(read, name="follow_counts", write=False)
+
+
+def build_sqlite_storage(settings: StorageSettings) -> SocialGraphStorage:
+    db = SqliteDatabase.for_owner(settings, OWNER)
+    return SocialGraphStorage(
+        users=SqliteUsers(db),
+        sessions=SqliteSessions(db),
+        follows=SqliteFollows(db),
+        outbox=SqliteOutbox(db),
+        engine=SqliteEngine(db),
+    )

@@ -1,0 +1,56 @@
+"""Storage adapters of tweet-store: Cassandra and embedded SQLite.
+
+``build_storage`` picks one by ``settings.backend``; both implement the same
+ports (``fanline_shared.ports``) and pass the same contract tests
+(``tests/contract/``). The Cassandra module is imported only when used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fanline_shared.config import StorageSettings
+from fanline_shared.ports import HomeTimelineRepository, Lifecycle, Outbox, TweetRepository
+
+OWNER = "tweet_store"
+
+
+@dataclass
+class TweetStoreStorage:
+    """Everything tweet-store stores, behind its ports."""
+
+    tweets: TweetRepository
+    home: HomeTimelineRepository
+    outbox: Outbox
+    engine: Lifecycle = field(repr=False)
+
+    async def start(self) -> None:
+        """Connect and create or migrate the schema (idempotent)."""
+        await self.engine.start()
+
+    async def close(self) -> None:
+        """Release connections; safe to call twice."""
+        await self.engine.close()
+
+    async def ping(self) -> None:
+        """Raise ``Unavailable`` unless the engine answers now."""
+        await self.engine.ping()
+
+
+def build_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+    """The storage for ``settings.backend``; home-timeline rows live
+    ``home_retention_s`` seconds after their tweet's creation."""
+    if home_retention_s <= 0:
+        raise ValueError("home_retention_s must be positive")
+    if settings.backend == "cassandra":
+        from .cassandra import build_cassandra_storage
+
+        return build_cassandra_storage(settings, home_retention_s=home_retention_s)
+    if settings.backend == "embedded":
+        from .sqlite import build_sqlite_storage
+
+        return build_sqlite_storage(settings, home_retention_s=home_retention_s)
+    raise ValueError(f"unknown storage backend {settings.backend!r}")
+
+
+__all__ = ["OWNER", "TweetStoreStorage", "build_storage"]

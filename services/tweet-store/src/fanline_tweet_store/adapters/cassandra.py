@@ -1,0 +1,408 @@
+"""Cassandra adapters of tweet-store: tweets, timelines, idempotency keys, outbox.
+
+One keyspace (``settings.keyspace("tweet_store")``), one table per query, no
+unbounded partition:
+
+* ``tweets`` — by id; created with ``INSERT … IF NOT EXISTS`` and deleted with
+  ``DELETE … IF EXISTS`` (LWTs), so "was it new / did it exist" is exact and
+  ``tweet_counts`` (counters) moves once per tweet however often a write is
+  retried;
+* ``userline`` — one partition per author, newest first;
+* ``public_timeline`` — bucketed by the *minute* of the tweet's timeuuid (a
+  partition holds one minute: ~60k rows even at 1,000 tweets/s), with two
+  small index tables so paging skips empty minutes and days:
+  ``public_minutes`` (non-empty minutes of a day) and ``public_days``
+  (non-empty days; one partition gaining one row per day);
+* ``home_timeline`` — one partition per owner, newest first; every row is
+  written with ``TTL = retention - age of the tweet``, so it expires at tweet
+  time + retention whenever it was written (and is not written at all once
+  that is past). Fan-out writes are bounded concurrent single-row inserts
+  (``execute_concurrent``), never multi-partition batches;
+* ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING
+  TTL``: the first reservation wins, every later one reads the bound tweet.
+
+Creating a tweet: the LWT on ``tweets`` (concurrently with the outbox's minute
+index row), then ONE small LOGGED batch with the userline row, the public
+timeline row and its two index rows, and the outbox event. This is the only
+multi-partition logged batch in the project: it makes "visible in the
+timelines" and "event queued" all-or-nothing (eventually), and it stays a few
+hundred bytes. The batch is written whether or not the LWT applied, so a
+retry of a crashed create heals it; counters move only when it applied.
+Deletion mirrors this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from fanline_shared import policies
+from fanline_shared.cassandra import (
+    MAX_TTL,
+    OUTBOX_MIGRATIONS,
+    CassandraOutbox,
+    Keyspace,
+    Repository,
+    batch,
+    execute,
+    execute_concurrent,
+    execute_lwt,
+    prepare,
+    unix_minute,
+)
+from fanline_shared.config import StorageSettings
+from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time, utcnow
+
+from . import OWNER, TweetStoreStorage
+
+MINUTES_PER_DAY = 1440
+_LOOKUP_CONCURRENCY = 64
+_BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
+_MINUTE_WINDOW_MAX = 16  # public-timeline minute buckets read at once
+_DAYS_PAGE = 32
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {keyspace}.tweets (
+    tweet_id timeuuid PRIMARY KEY,
+    username text,
+    body text
+);
+CREATE TABLE IF NOT EXISTS {keyspace}.userline (
+    username_lc text,
+    tweet_id timeuuid,
+    PRIMARY KEY (username_lc, tweet_id)
+) WITH CLUSTERING ORDER BY (tweet_id DESC);
+CREATE TABLE IF NOT EXISTS {keyspace}.public_timeline (
+    minute bigint,
+    tweet_id timeuuid,
+    PRIMARY KEY (minute, tweet_id)
+) WITH CLUSTERING ORDER BY (tweet_id DESC);
+CREATE TABLE IF NOT EXISTS {keyspace}.public_minutes (
+    day int,
+    minute bigint,
+    PRIMARY KEY (day, minute)
+) WITH CLUSTERING ORDER BY (minute DESC);
+CREATE TABLE IF NOT EXISTS {keyspace}.public_days (
+    shard int,
+    day int,
+    PRIMARY KEY (shard, day)
+) WITH CLUSTERING ORDER BY (day DESC);
+CREATE TABLE IF NOT EXISTS {keyspace}.tweet_counts (
+    username_lc text PRIMARY KEY,
+    tweets counter
+);
+CREATE TABLE IF NOT EXISTS {keyspace}.home_timeline (
+    owner_lc text,
+    tweet_id timeuuid,
+    author_lc text,
+    PRIMARY KEY (owner_lc, tweet_id)
+) WITH CLUSTERING ORDER BY (tweet_id DESC);
+CREATE TABLE IF NOT EXISTS {keyspace}.idempotency (
+    username_lc text,
+    key text,
+    tweet_id timeuuid,
+    body text,
+    PRIMARY KEY ((username_lc, key))
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS)
+
+
+def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
+    """``(day, minute)`` of a tweet in the public timeline (Unix day / minute)."""
+    minute = unix_minute(timeuuid_time(tweet_id))
+    return minute // MINUTES_PER_DAY, minute
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+class CassandraTweets(Repository):
+    def __init__(self, keyspace: Keyspace, outbox: CassandraOutbox) -> None:
+        super().__init__(keyspace)
+        self._outbox = outbox
+        self._indexed_minutes: set[int] = set()
+        self._indexed_days: set[int] = set()
+
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        p = prepare
+        self._insert = p(session, f"INSERT INTO {ks}.tweets (tweet_id, username, body) VALUES (?, ?, ?) "
+                                  "IF NOT EXISTS", write=True, idempotent=False)
+        self._delete = p(session, f"DELETE FROM {ks}.tweets WHERE tweet_id = ? IF EXISTS",
+                         write=True, idempotent=False)
+        self._get = p(session, f"SELECT tweet_id, username, body FROM {ks}.tweets WHERE tweet_id = ?")
+        self._userline_add = p(session, f"INSERT INTO {ks}.userline (username_lc, tweet_id) VALUES (?, ?)",
+                               write=True)
+        self._userline_del = p(session, f"DELETE FROM {ks}.userline WHERE username_lc = ? AND tweet_id = ?",
+                               write=True)
+        self._public_add = p(session, f"INSERT INTO {ks}.public_timeline (minute, tweet_id) VALUES (?, ?)",
+                             write=True)
+        self._public_del = p(session, f"DELETE FROM {ks}.public_timeline WHERE minute = ? AND tweet_id = ?",
+                             write=True)
+        self._minute_add = p(session, f"INSERT INTO {ks}.public_minutes (day, minute) VALUES (?, ?)", write=True)
+        self._day_add = p(session, f"INSERT INTO {ks}.public_days (shard, day) VALUES (0, ?)", write=True)
+        self._count = p(session, f"UPDATE {ks}.tweet_counts SET tweets = tweets + ? WHERE username_lc = ?",
+                        write=True, idempotent=False)
+        self._counts = p(session, f"SELECT tweets FROM {ks}.tweet_counts WHERE username_lc = ?")
+        self._userline = p(session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? LIMIT ?")
+        self._userline_before = p(
+            session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id < ? LIMIT ?")
+        self._public_minute = p(session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? LIMIT ?")
+        self._public_minute_before = p(
+            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id < ? LIMIT ?")
+        self._minutes_of_day = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? LIMIT ?")
+        self._minutes_before = p(
+            session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute < ? LIMIT ?")
+        self._days_before = p(
+            session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day < ? LIMIT ?")
+        self._reserve = p(
+            session,
+            f"INSERT INTO {ks}.idempotency (username_lc, key, tweet_id, body) VALUES (?, ?, ?, ?) "
+            "IF NOT EXISTS USING TTL ?",
+            write=True, idempotent=False)
+
+    # --- writes -----------------------------------------------------------------
+
+    async def create(self, tweet: Tweet, event: OutboxEvent) -> bool:
+        author = canonical(tweet.username)
+        day, minute = public_bucket(tweet.id)
+        (applied, _row), _ = await asyncio.gather(
+            execute_lwt(self._session, self._insert, (tweet.id, tweet.username, tweet.body), name="tweet_create"),
+            self._outbox.ensure_index(event),
+        )
+        statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
+            (self._userline_add, (author, tweet.id)),
+            (self._public_add, (minute, tweet.id)),
+            self._outbox.row_write(event),
+        ]
+        # The minute and day index rows are only ever added, so this process
+        # writes each once (they would otherwise be two hot partitions
+        # rewritten by every tweet).
+        if minute not in self._indexed_minutes:
+            statements.append((self._minute_add, (day, minute)))
+        if day not in self._indexed_days:
+            statements.append((self._day_add, (day,)))
+        writes = [execute(self._session, batch(statements, logged=True), name="tweet_rows")]
+        if applied:
+            writes.append(execute(self._session, self._count, (1, author), name="tweet_count"))
+        await asyncio.gather(*writes)
+        self._remember_index(day, minute)
+        return applied
+
+    def _remember_index(self, day: int, minute: int) -> None:
+        if len(self._indexed_minutes) > 10_000:
+            self._indexed_minutes.clear()
+            self._indexed_days.clear()
+        self._indexed_minutes.add(minute)
+        self._indexed_days.add(day)
+
+    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+        author = canonical(tweet.username)
+        _day, minute = public_bucket(tweet.id)
+        (applied, _row), _ = await asyncio.gather(
+            execute_lwt(self._session, self._delete, (tweet.id,), name="tweet_delete"),
+            self._outbox.ensure_index(event),
+        )
+        rows = batch(
+            [
+                (self._userline_del, (author, tweet.id)),
+                (self._public_del, (minute, tweet.id)),
+                self._outbox.row_write(event),
+            ],
+            logged=True,
+        )
+        writes = [execute(self._session, rows, name="tweet_delete_rows")]
+        if applied:
+            writes.append(execute(self._session, self._count, (-1, author), name="tweet_count"))
+        await asyncio.gather(*writes)
+        return applied
+
+    async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
+        applied, row = await execute_lwt(
+            self._session, self._reserve,
+            # +1: a TTL counts from the whole second of the write, and the key
+            # must stay bound for at least ``ttl_s``.
+            (canonical(username), key, candidate.id, candidate.body, max(1, min(ttl_s + 1, MAX_TTL))),
+            name="idempotency_reserve")
+        if applied or row is None:
+            return candidate
+        return Tweet(id=row.tweet_id, username=candidate.username, body=row.body)
+
+    # --- reads ------------------------------------------------------------------
+
+    async def get(self, tweet_id: uuid.UUID) -> Tweet | None:
+        rows = await execute(self._session, self._get, (tweet_id,), name="tweet_get")
+        return _tweet(rows[0]) if rows else None
+
+    async def get_many(self, tweet_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Tweet]:
+        ids = list(dict.fromkeys(tweet_ids))
+        if not ids:
+            return {}
+        results = await execute_concurrent(self._session, self._get, [(i,) for i in ids],
+                                           name="tweet_get_many", concurrency=_LOOKUP_CONCURRENCY)
+        return {i: _tweet(rows[0]) for i, rows in zip(ids, results, strict=True) if rows}
+
+    async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        if before is None:
+            rows = await execute(self._session, self._userline, (canonical(username), limit), name="userline")
+        else:
+            rows = await execute(self._session, self._userline_before, (canonical(username), before, limit),
+                                 name="userline")
+        return [r.tweet_id for r in rows]
+
+    async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        """Walk minute buckets newest first: the bucket of ``before`` (ids below
+        it), the earlier non-empty minutes of its day, then earlier days."""
+        if limit <= 0:
+            return []
+        ids: list[uuid.UUID] = []
+        if before is not None:
+            day, minute = public_bucket(before)
+            rows = await execute(self._session, self._public_minute_before, (minute, before, limit),
+                                 name="public_minute")
+            ids.extend(r.tweet_id for r in rows)
+            if len(ids) < limit:
+                minutes = await execute(self._session, self._minutes_before, (day, minute, MINUTES_PER_DAY),
+                                        name="public_minutes")
+                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
+            day_cursor = day
+        else:
+            # Start at the newest day that has tweets (which may be "in the
+            # future" for this clock), not at today.
+            day_cursor = 2**31 - 1
+        while len(ids) < limit:
+            days = await execute(self._session, self._days_before, (day_cursor, _DAYS_PAGE), name="public_days")
+            for row in days:
+                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY),
+                                        name="public_minutes")
+                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
+                if len(ids) >= limit:
+                    break
+            if len(days) < _DAYS_PAGE:
+                break
+            day_cursor = days[-1].day
+        return ids[:limit]
+
+    async def _read_minutes(self, minutes: list[int], need: int) -> list[uuid.UUID]:
+        """Newest-first ids from these minute buckets (given newest first),
+        reading a growing window of buckets concurrently until ``need``."""
+        found: list[uuid.UUID] = []
+        start, window = 0, 1
+        while start < len(minutes) and len(found) < need:
+            chunk = minutes[start:start + window]
+            results = await execute_concurrent(
+                self._session, self._public_minute, [(m, need - len(found)) for m in chunk],
+                name="public_minute", concurrency=len(chunk))
+            for rows in results:
+                found.extend(r.tweet_id for r in rows)
+            start += window
+            window = min(window * 2, _MINUTE_WINDOW_MAX)
+        return found[:need]
+
+    async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
+        names = list(dict.fromkeys(canonical(u) for u in usernames))
+        if not names:
+            return {}
+        results = await execute_concurrent(self._session, self._counts, [(n,) for n in names],
+                                           name="tweet_counts", concurrency=_LOOKUP_CONCURRENCY)
+        return {n: max(0, (rows[0].tweets or 0) if rows else 0) for n, rows in zip(names, results, strict=True)}
+
+
+def _tweet(row: Any) -> Tweet:
+    return Tweet(id=row.tweet_id, username=row.username, body=row.body)
+
+
+class CassandraHomeTimeline(Repository):
+    def __init__(self, keyspace: Keyspace, retention_s: int,
+                 concurrency: int = policies.DEFAULT_FANOUT_CONCURRENCY) -> None:
+        super().__init__(keyspace)
+        self._retention_s = retention_s
+        self._concurrency = concurrency
+
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        self._insert = prepare(
+            session, f"INSERT INTO {ks}.home_timeline (owner_lc, tweet_id, author_lc) VALUES (?, ?, ?) USING TTL ?",
+            write=True)
+        self._delete = prepare(
+            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
+        self._slice = prepare(session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._slice_before = prepare(
+            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
+
+    def _ttl(self, tweet_id: uuid.UUID, now: datetime) -> int:
+        """Seconds this tweet's rows still have to live (0: do not write).
+
+        Rounded down (and Cassandra counts from the whole second of the
+        write), so a row may leave up to ~2 s before tweet time + retention,
+        never after it."""
+        remaining = self._retention_s - (now - timeuuid_time(tweet_id)).total_seconds()
+        return min(MAX_TTL, math.floor(remaining)) if remaining >= 1 else 0
+
+    async def add(self, owners: Sequence[str], tweet_id: uuid.UUID, author: str) -> None:
+        ttl = self._ttl(tweet_id, utcnow())
+        names = list(dict.fromkeys(canonical(o) for o in owners))
+        if ttl <= 0 or not names:
+            return
+        author_lc = canonical(author)
+        await execute_concurrent(self._session, self._insert, [(o, tweet_id, author_lc, ttl) for o in names],
+                                 name="home_add", concurrency=self._concurrency)
+
+    async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
+        now, owner_lc = utcnow(), canonical(owner)
+        rows = []
+        for tweet_id, author in dict.fromkeys(entries):
+            ttl = self._ttl(tweet_id, now)
+            if ttl > 0:
+                rows.append((self._insert, (owner_lc, tweet_id, canonical(author), ttl)))
+        # One partition: unlogged single-partition batches are one mutation each.
+        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_add_many")
+                               for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def remove(self, owners: Sequence[str], tweet_id: uuid.UUID) -> None:
+        names = list(dict.fromkeys(canonical(o) for o in owners))
+        if not names:
+            return
+        await execute_concurrent(self._session, self._delete, [(o, tweet_id) for o in names],
+                                 name="home_remove", concurrency=self._concurrency)
+
+    async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
+        owner_lc = canonical(owner)
+        rows: list[tuple[PreparedStatement, Sequence[Any]]] = [
+            (self._delete, (owner_lc, i)) for i in dict.fromkeys(tweet_ids)
+        ]
+        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_remove_many")
+                               for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        if before is None:
+            rows = await execute(self._session, self._slice, (canonical(owner), limit), name="home_slice")
+        else:
+            rows = await execute(self._session, self._slice_before, (canonical(owner), before, limit),
+                                 name="home_slice")
+        return [r.tweet_id for r in rows]
+
+
+def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+    keyspace = Keyspace(settings, OWNER, MIGRATIONS)
+    outbox = keyspace.outbox()
+    return TweetStoreStorage(
+        tweets=CassandraTweets(keyspace, outbox),
+        home=CassandraHomeTimeline(keyspace, home_retention_s),
+        outbox=outbox,
+        engine=keyspace,
+    )

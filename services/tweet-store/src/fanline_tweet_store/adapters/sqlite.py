@@ -1,0 +1,319 @@
+"""Embedded SQLite adapters of tweet-store (the default backend).
+
+One file (``<data_dir>/<keyspace("tweet_store")>.sqlite3``); every operation is
+one transaction on the database's single thread. The ``tweets`` table doubles
+as the userline (index ``(username_lc, sort_key)``) and the public timeline
+(unique index on ``sort_key``): a tweet, its timeline entries, its count and
+its outbox event commit atomically. Timeuuids are stored as text with a sort
+key (``domain.timeuuid_sort_key``) that orders rows like Cassandra's timeuuid
+clustering. Home-timeline rows carry ``expires_at`` (tweet time + retention):
+rows already expired are not written, expired rows are filtered on read and
+purged in the background of writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Sequence
+
+from fanline_shared.config import StorageSettings
+from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
+from fanline_shared.sqlite import (
+    OUTBOX_MIGRATION,
+    SqliteDatabase,
+    SqliteOutbox,
+    append_event,
+    now_ms,
+    to_ms,
+)
+
+from . import OWNER, TweetStoreStorage
+
+_PURGE_EVERY = 512  # home-timeline writes between purges of expired rows
+_PURGE_BATCH = 5000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tweets (
+    tweet_id TEXT PRIMARY KEY,
+    sort_key TEXT NOT NULL UNIQUE,
+    username TEXT NOT NULL,
+    username_lc TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tweets_by_user ON tweets (username_lc, sort_key);
+CREATE TABLE IF NOT EXISTS tweet_counts (
+    username_lc TEXT PRIMARY KEY,
+    tweets INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS home_timeline (
+    owner_lc TEXT NOT NULL,
+    sort_key TEXT NOT NULL,
+    tweet_id TEXT NOT NULL,
+    author_lc TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    UNIQUE (owner_lc, sort_key)
+);
+CREATE INDEX IF NOT EXISTS home_by_expiry ON home_timeline (expires_at);
+CREATE TABLE IF NOT EXISTS idempotency (
+    username_lc TEXT NOT NULL,
+    key TEXT NOT NULL,
+    tweet_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (username_lc, key)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+
+_COUNT = (
+    "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
+    "ON CONFLICT (username_lc) DO UPDATE SET tweets = tweets + excluded.tweets"
+)
+_MAX_KEY = "g"  # sorts after every (hex) sort key
+
+
+class SqliteEngine:
+    """The ``Lifecycle`` of the tweet-store database."""
+
+    def __init__(self, db: SqliteDatabase, home: SqliteHomeTimeline) -> None:
+        self.db = db
+        self.home = home
+
+    async def start(self) -> None:
+        await self.db.open()
+        await self.db.migrate(MIGRATIONS)
+        await self.home.purge()
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def ping(self) -> None:
+        await self.db.ping()
+
+
+def _bound(before: uuid.UUID | None) -> str:
+    return _MAX_KEY if before is None else timeuuid_sort_key(before)
+
+
+class SqliteTweets:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        self._reservations = 0
+
+    async def create(self, tweet: Tweet, event: OutboxEvent) -> bool:
+        params = (str(tweet.id), timeuuid_sort_key(tweet.id), tweet.username, canonical(tweet.username), tweet.body)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT INTO tweets (tweet_id, sort_key, username, username_lc, body) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                params,
+            )
+            created = cur.rowcount == 1
+            if created:
+                conn.execute(_COUNT, (params[3], 1))
+            # Like the Cassandra adapter: the event is appended whether or not
+            # the tweet was new (same event id: stored once).
+            append_event(conn, event)
+            return created
+
+        return await self.db.run(write, name="tweet_create")
+
+    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+        tweet_id, author = str(tweet.id), canonical(tweet.username)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM tweets WHERE tweet_id = ?", (tweet_id,))
+            deleted = cur.rowcount == 1
+            if deleted:
+                conn.execute(_COUNT, (author, -1))
+            append_event(conn, event)
+            return deleted
+
+        return await self.db.run(write, name="tweet_delete")
+
+    async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
+        user_lc = canonical(username)
+        self._reservations += 1
+        purge = self._reservations % _PURGE_EVERY == 0
+
+        def reserve(conn: sqlite3.Connection) -> Tweet:
+            now = now_ms()
+            row = conn.execute(
+                "SELECT tweet_id, body FROM idempotency WHERE username_lc = ? AND key = ? AND expires_at > ?",
+                (user_lc, key, now),
+            ).fetchone()
+            if row is not None:
+                return Tweet(id=uuid.UUID(row[0]), username=candidate.username, body=row[1])
+            conn.execute(
+                "INSERT INTO idempotency (username_lc, key, tweet_id, body, expires_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (username_lc, key) DO UPDATE SET tweet_id = excluded.tweet_id, "
+                "body = excluded.body, expires_at = excluded.expires_at",
+                (user_lc, key, str(candidate.id), candidate.body, now + max(1, ttl_s) * 1000),
+            )
+            if purge:  # now and then, forget expired keys (bounded)
+                conn.execute(
+                    "DELETE FROM idempotency WHERE (username_lc, key) IN "
+                    "(SELECT username_lc, key FROM idempotency WHERE expires_at <= ? LIMIT ?)",
+                    (now, _PURGE_BATCH),
+                )
+            return candidate
+
+        return await self.db.run(reserve, name="idempotency_reserve")
+
+    async def get(self, tweet_id: uuid.UUID) -> Tweet | None:
+        return (await self.get_many([tweet_id])).get(tweet_id)
+
+    async def get_many(self, tweet_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Tweet]:
+        ids = list(dict.fromkeys(tweet_ids))
+        if not ids:
+            return {}
+        by_text = {str(i): i for i in ids}
+
+        def read(conn: sqlite3.Connection) -> dict[uuid.UUID, Tweet]:
+            marks = ",".join("?" * len(by_text))
+            rows = conn.execute(
+                f"SELECT tweet_id, username, body FROM tweets WHERE tweet_id IN ({marks})", list(by_text)
+            ).fetchall()
+            return {by_text[r[0]]: Tweet(id=by_text[r[0]], username=r[1], body=r[2]) for r in rows}
+
+        return await self.db.run(read, name="tweet_get_many", write=False)
+
+    async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        params = (canonical(username), _bound(before), limit)
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute(
+                "SELECT tweet_id FROM tweets WHERE username_lc = ? AND sort_key < ? ORDER BY sort_key DESC LIMIT ?",
+                params,
+            )
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="userline", write=False)
+
+    async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        params = (_bound(before), limit)
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute("SELECT tweet_id FROM tweets WHERE sort_key < ? ORDER BY sort_key DESC LIMIT ?",
+                                params)
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="public", write=False)
+
+    async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
+        names = list(dict.fromkeys(canonical(u) for u in usernames))
+        if not names:
+            return {}
+
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            marks = ",".join("?" * len(names))
+            found = dict(conn.execute(
+                f"SELECT username_lc, tweets FROM tweet_counts WHERE username_lc IN ({marks})", names))
+            return {n: max(0, found.get(n, 0)) for n in names}
+
+        return await self.db.run(read, name="tweet_counts", write=False)
+
+
+class SqliteHomeTimeline:
+    def __init__(self, db: SqliteDatabase, retention_s: int) -> None:
+        self.db = db
+        self._retention_ms = retention_s * 1000
+        self._writes = 0
+
+    def _expiry(self, tweet_id: uuid.UUID) -> int:
+        return to_ms(timeuuid_time(tweet_id)) + self._retention_ms
+
+    async def add(self, owners: Sequence[str], tweet_id: uuid.UUID, author: str) -> None:
+        names = list(dict.fromkeys(canonical(o) for o in owners))
+        expires = self._expiry(tweet_id)
+        if not names or expires <= now_ms():
+            return
+        key, text, author_lc = timeuuid_sort_key(tweet_id), str(tweet_id), canonical(author)
+        await self._insert([(o, key, text, author_lc, expires) for o in names], "home_add")
+
+    async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
+        owner_lc, now = canonical(owner), now_ms()
+        rows = []
+        for tweet_id, author in dict.fromkeys(entries):
+            expires = self._expiry(tweet_id)
+            if expires > now:
+                rows.append((owner_lc, timeuuid_sort_key(tweet_id), str(tweet_id), canonical(author), expires))
+        await self._insert(rows, "home_add_many")
+
+    async def _insert(self, rows: list[tuple[str, str, str, str, int]], name: str) -> None:
+        if not rows:
+            return
+        self._writes += 1
+        purge = self._writes % _PURGE_EVERY == 0
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO home_timeline (owner_lc, sort_key, tweet_id, author_lc, expires_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            if purge:
+                _purge(conn)
+
+        await self.db.run(write, name=name)
+
+    async def remove(self, owners: Sequence[str], tweet_id: uuid.UUID) -> None:
+        key = timeuuid_sort_key(tweet_id)
+        params = [(canonical(o), key) for o in dict.fromkeys(owners)]
+        await self._delete(params, "home_remove")
+
+    async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
+        owner_lc = canonical(owner)
+        await self._delete([(owner_lc, timeuuid_sort_key(i)) for i in dict.fromkeys(tweet_ids)], "home_remove_many")
+
+    async def _delete(self, params: list[tuple[str, str]], name: str) -> None:
+        if not params:
+            return
+        await self.db.run(
+            lambda conn: conn.executemany("DELETE FROM home_timeline WHERE owner_lc = ? AND sort_key = ?", params),
+            name=name,
+        )
+
+    async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        params = (canonical(owner), _bound(before), now_ms(), limit)
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute(
+                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key < ? AND expires_at > ? "
+                "ORDER BY sort_key DESC LIMIT ?",
+                params,
+            )
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="home_slice", write=False)
+
+    async def purge(self) -> None:
+        """Delete expired rows (bounded; runs at start and every few hundred writes)."""
+        await self.db.run(_purge, name="home_purge")
+
+
+def _purge(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "DELETE FROM home_timeline WHERE rowid IN (SELECT rowid FROM home_timeline WHERE expires_at <= ? LIMIT ?)",
+        (now_ms(), _PURGE_BATCH),
+    )
+
+
+def build_sqlite_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+    db = SqliteDatabase.for_owner(settings, OWNER)
+    home = SqliteHomeTimeline(db, home_retention_s)
+    return TweetStoreStorage(
+        tweets=SqliteTweets(db),
+        home=home,
+        outbox=SqliteOutbox(db),
+        engine=SqliteEngine(db, home),
+    )

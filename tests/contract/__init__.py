@@ -1,0 +1,1 @@
+"""Contract tests: every storage port against every adapter."""

@@ -1,0 +1,129 @@
+"""The asyncio bridge of ``fanline_shared.cassandra`` against a real node."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cassandra.cluster import Session
+
+from cassandra import InvalidRequest
+from fanline_shared import cassandra as fc
+from fanline_shared.errors import Unavailable
+
+from .support import storage_settings
+
+pytestmark = pytest.mark.real_infra
+
+
+@pytest.fixture(scope="module")
+async def session(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Session]:
+    settings = storage_settings("cassandra", data_dir=tmp_path_factory.mktemp("bridge"), prefix="unused",
+                                cassandra=real_infra)
+    s = await fc.open_session(settings)
+    keyspace = f"t_{secrets.token_hex(4)}_bridge"
+    await fc.migrate(s, keyspace, 1, ["CREATE TABLE IF NOT EXISTS {keyspace}.kv (k int, c int, v text, "
+                                      "PRIMARY KEY (k, c))"])
+    s.set_keyspace(keyspace)
+    try:
+        yield s
+    finally:
+        await fc.drop_keyspace(s, keyspace)
+        await fc.close_session(s)
+
+
+async def test_execute_concurrent_returns_results_in_order(session: Session) -> None:
+    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
+    await fc.execute_concurrent(session, insert, [(1, i, f"v{i}") for i in range(500)], name="t", concurrency=50)
+    results = await fc.execute_concurrent(session, select, [(1, i) for i in reversed(range(500))], name="t",
+                                          concurrency=7)
+    assert [rows[0].v for rows in results] == [f"v{i}" for i in reversed(range(500))]
+    assert await fc.execute_concurrent(session, select, [], name="t") == []
+
+
+async def test_execute_fetches_every_page_off_the_loop(session: Session) -> None:
+    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    await fc.execute_concurrent(session, insert, [(2, i, "x") for i in range(35)], name="t")
+    select = fc.prepare(session, "SELECT c FROM kv WHERE k = ?")
+    select.fetch_size = 10  # four pages
+    rows = await fc.execute(session, select, (2,), name="t")
+    assert [r.c for r in rows] == list(range(35))
+
+
+async def test_lwt_reports_applied_and_existing_row(session: Session) -> None:
+    lwt = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) IF NOT EXISTS", write=True,
+                     idempotent=False)
+    assert (await fc.execute_lwt(session, lwt, (3, 0, "first"), name="t"))[0] is True
+    applied, row = await fc.execute_lwt(session, lwt, (3, 0, "second"), name="t")
+    assert applied is False and row is not None and row.v == "first"
+
+
+async def test_first_error_is_raised_after_in_flight_ones(session: Session) -> None:
+    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    params: list[Any] = [(4, i, "ok") for i in range(20)]
+    params[5] = (4, 5, "x", "extra")  # too many values: fails when bound
+    with pytest.raises(ValueError):
+        await fc.execute_concurrent(session, insert, params, name="t", concurrency=4)
+    # nothing after the failure was started
+    rows = await fc.execute(session, "SELECT c FROM kv WHERE k = 4", name="t")
+    assert max(r.c for r in rows) < 5 + 4
+
+
+async def test_server_side_validation_errors_are_not_unavailable(session: Session) -> None:
+    with pytest.raises(InvalidRequest):
+        await fc.execute(session, "SELECT nope FROM kv WHERE k = 1", name="t")
+
+
+async def test_unreachable_cluster_is_unavailable(tmp_path: Path) -> None:
+    settings = storage_settings("cassandra", data_dir=tmp_path, prefix="x")
+    dead = type(settings)(**{**settings.__dict__, "cassandra_port": 1, "request_timeout_s": 2.0})
+    with pytest.raises(Unavailable):
+        await fc.open_session(dead)
+
+
+async def test_closed_session_is_unavailable(real_infra: Any, tmp_path: Path) -> None:
+    s = await fc.open_session(storage_settings("cassandra", data_dir=tmp_path, prefix="x", cassandra=real_infra))
+    await fc.close_session(s)
+    await fc.close_session(s)  # twice: fine
+    with pytest.raises(Unavailable):
+        await fc.execute(s, "SELECT release_version FROM system.local", name="t")
+
+
+async def test_cancelled_fan_out_stops(session: Session) -> None:
+    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    task = asyncio.create_task(
+        fc.execute_concurrent(session, insert, [(5, i, "x") for i in range(20_000)], name="t", concurrency=2))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.2)
+    rows = await fc.execute(session, "SELECT count(*) AS n FROM kv WHERE k = 5", name="t")
+    assert rows[0].n < 20_000
+
+
+async def test_concurrent_migrations_of_one_keyspace(real_infra: Any, tmp_path: Path) -> None:
+    settings = storage_settings("cassandra", data_dir=tmp_path, prefix="x", cassandra=real_infra)
+    a, b = await asyncio.gather(fc.open_session(settings), fc.open_session(settings))
+    keyspace = f"t_{secrets.token_hex(4)}_race"
+    migrations = [
+        "CREATE TABLE IF NOT EXISTS {keyspace}.one (k int PRIMARY KEY)",
+        "CREATE TABLE IF NOT EXISTS {keyspace}.two (k int PRIMARY KEY);\n"
+        "CREATE TABLE IF NOT EXISTS {keyspace}.three (k int PRIMARY KEY);",
+    ]
+    try:
+        await asyncio.gather(fc.migrate(a, keyspace, 1, migrations), fc.migrate(b, keyspace, 1, migrations))
+        await fc.migrate(a, keyspace, 1, migrations)  # again: nothing to do
+        rows = await fc.execute(a, f"SELECT version FROM {keyspace}.schema_migrations", name="t")
+        assert sorted(r.version for r in rows) == [1, 2]
+        for table in ("one", "two", "three"):
+            await fc.execute(a, f"SELECT * FROM {keyspace}.{table} LIMIT 1", name="t")
+    finally:
+        await fc.drop_keyspace(a, keyspace)
+        await fc.close_session(a)
+        await fc.close_session(b)

@@ -1,0 +1,116 @@
+"""Contract of ``Outbox`` — of both owning services, against every adapter.
+
+Events get into an outbox only with the state change that causes them (a
+follow, a tweet), so each case appends through its service's repository.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from fanline_shared.domain import OutboxEvent, Tweet, new_timeuuid, timeuuid_time, utcnow
+from fanline_shared.ports import Outbox
+from fanline_social_graph.adapters import SocialGraphStorage
+from fanline_tweet_store.adapters import TweetStoreStorage
+
+from .support import Clock, Names
+
+
+@dataclass
+class Owner:
+    outbox: Outbox
+    append: Callable[[OutboxEvent], Awaitable[object]]
+
+
+@pytest.fixture(params=["social_graph", "tweet_store"])
+async def owner(request: pytest.FixtureRequest, names: Names, social_graph: SocialGraphStorage,
+                tweet_store: TweetStoreStorage) -> Owner:
+    if request.param == "social_graph":
+        async def follow(event: OutboxEvent) -> object:
+            return await social_graph.follows.follow(names.user(), names.user(), utcnow(), event)
+
+        return Owner(social_graph.outbox, follow)
+
+    async def post(event: OutboxEvent) -> object:
+        author = names.user()
+        return await tweet_store.tweets.create(Tweet(new_timeuuid(), author, "body"), event)
+
+    return Owner(tweet_store.outbox, post)
+
+
+def event_at(when: datetime, n: int) -> OutboxEvent:
+    return OutboxEvent(id=new_timeuuid(when), key=f"key-{n}", payload=b'{"n": %d, "raw": "\xff\x00"}' % n)
+
+
+def window(clock: Clock, n: int) -> list[OutboxEvent]:
+    """``n`` events older than every event written before in this module,
+    spread over seconds, minutes and days (several outbox buckets)."""
+    base = clock.past()
+    offsets = [timedelta(seconds=0.001 * i + 97 * i * i) for i in range(n)]
+    return [event_at(base + offset, i) for i, offset in enumerate(offsets)]
+
+
+async def test_pending_returns_oldest_first_and_respects_limit(owner: Owner, clock: Clock) -> None:
+    events = window(clock, 12)
+    for event in random.sample(events, len(events)):
+        await owner.append(event)
+    # These are the oldest events in the store: the first page is exactly them.
+    assert await owner.outbox.pending(utcnow(), 5) == events[:5]
+    everything = await owner.outbox.pending(utcnow(), 10_000)
+    assert everything[:12] == events
+    await owner.outbox.ack([e.id for e in events])
+
+
+async def test_pending_only_returns_events_older_than_the_bound(owner: Owner, clock: Clock) -> None:
+    events = window(clock, 8)
+    for event in events:
+        await owner.append(event)
+    # Between the 5th and the 6th event (they are minutes apart).
+    older_than = timeuuid_time(events[5].id) - timedelta(seconds=1)
+    pending = await owner.outbox.pending(older_than, 10_000)
+    mine = [e for e in pending if e in events]
+    assert mine == events[:5]
+    assert events[5] not in pending
+    await owner.outbox.ack([e.id for e in events])
+
+
+async def test_ack_forgets_events(owner: Owner, clock: Clock) -> None:
+    events = window(clock, 6)
+    for event in events:
+        await owner.append(event)
+    await owner.outbox.ack([events[1].id, events[4].id, uuid.uuid1(), events[1].id])
+    pending = await owner.outbox.pending(utcnow(), 10_000)
+    assert [e for e in pending if e in events] == [events[0], events[2], events[3], events[5]]
+    await owner.outbox.ack([e.id for e in events])
+    await owner.outbox.ack([e.id for e in events])  # twice: fine
+    await owner.outbox.ack([])
+    pending = await owner.outbox.pending(utcnow(), 10_000)
+    assert not [e for e in pending if e in events]
+
+
+async def test_same_event_twice_is_stored_once(owner: Owner, clock: Clock) -> None:
+    [event] = window(clock, 1)
+    await owner.append(event)
+    await owner.append(event)
+    pending = await owner.outbox.pending(utcnow(), 10_000)
+    assert [e for e in pending if e.id == event.id] == [event]
+    await owner.outbox.ack([event.id])
+
+
+async def test_fresh_events_are_pending_once_old_enough(owner: Owner) -> None:
+    event = OutboxEvent(id=new_timeuuid(), key="k", payload=b"{}")
+    await owner.append(event)
+    assert event not in await owner.outbox.pending(utcnow() - timedelta(minutes=1), 10_000)
+    assert event in await owner.outbox.pending(utcnow() + timedelta(seconds=1), 10_000)
+    await owner.outbox.ack([event.id])
+    assert event not in await owner.outbox.pending(utcnow() + timedelta(seconds=1), 10_000)
+
+
+async def test_pending_with_nothing_to_do(owner: Owner) -> None:
+    assert await owner.outbox.pending(utcnow(), 0) == []
