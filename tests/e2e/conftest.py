@@ -9,6 +9,7 @@ tests use fresh usernames so they never see each other's data. Fault tests
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ sys.path.insert(0, str(REPO / "deploy" / "local"))
 from system import System  # noqa: E402
 
 ARTIFACTS = REPO / "test-artifacts"
+# Shifts every port the e2e systems use, so two test runs can share a machine.
+PORT_OFFSET = int(os.environ.get("FANLINE_TEST_PORT_OFFSET", "0"))
 # Cheap argon2 parameters for tests (still argon2id); production uses defaults.
 FAST_ENV = {
     "FANLINE_ARGON2_TIME_COST": "1",
@@ -54,6 +57,7 @@ def real_env(infra: Any, tag: str) -> dict[str, str]:
 
 def make_system(kind: str, base_port: int, tmp: Path, infra: Any = None, **extra: str) -> System:
     tag = uuid.uuid4().hex[:8]
+    base_port += PORT_OFFSET
     logs = ARTIFACTS / "logs" / f"{kind}-{base_port}-{tag}"
     if kind == "embedded":
         return System(data_dir=tmp / f"data-{tag}", base_port=base_port,

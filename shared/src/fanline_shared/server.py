@@ -34,5 +34,9 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=10,
+        # Longer than any client's idle keep-alive (httpx: 5 s), so the client
+        # always closes an idle connection first; equal timeouts race and a
+        # request sent on a connection the server is closing fails.
+        timeout_keep_alive=75,
         lifespan="on",
     )
