@@ -50,6 +50,9 @@ class RealInfra:
     kafka_bootstrap: str  # "host:port"
     cassandra_version: str
     kafka_version: str
+    # The launcher (deploy/local/infra.py LocalInfra), for tests that stop and
+    # start an engine (e.g. a Kafka outage). None when the engines are external.
+    control: Any = None
 
     @property
     def cassandra_host(self) -> str:
@@ -134,7 +137,8 @@ def real_infra() -> Iterator[RealInfra]:
             if required:
                 raise
             pytest.fail(f"FANLINE_TEST_CASSANDRA={cassandra_env} does not answer: {exc}")
-    infra = RealInfra(cassandra, kafka, cassandra_version, versions.get("kafka", "?"))
+    infra = RealInfra(cassandra, kafka, cassandra_version, versions.get("kafka", "?"),
+                      control=None if kafka_env else local)
     _USED["infra"] = infra
     try:
         yield infra

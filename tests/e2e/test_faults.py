@@ -34,7 +34,7 @@ def metric(system: System, service: str, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-async def _bulk(coros: list[Any], concurrency: int = 32) -> list[Any]:
+async def _bulk(coros: list[Any], concurrency: int = 64) -> list[Any]:
     sem = asyncio.Semaphore(concurrency)
 
     async def one(coro: Any) -> Any:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
 from fanline_shared.domain import validate_limit
@@ -25,7 +25,7 @@ from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
-from . import __version__
+from . import __version__, webui
 from .config import Settings
 from .cursors import CursorCodec
 from .gateway import Gateway
@@ -175,7 +175,7 @@ def create_app(settings: Settings) -> Starlette:
         await app.state.gateway.publisher.ping()
 
     S = SERVICE
-    routes: list[Route] = [
+    routes: list[BaseRoute] = [
         route(S, "/v1/users", create_user, ["POST"]),
         route(S, "/v1/users", list_users, ["GET"]),
         route(S, "/v1/users/{username}", get_user, ["GET"]),
@@ -194,6 +194,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/openapi.json", openapi, methods=["GET"]),
         *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
     ]
+    # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
+    routes += webui.routes(settings)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     if settings.rate_limit_per_s > 0:
         app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)

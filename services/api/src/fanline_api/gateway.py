@@ -173,6 +173,16 @@ class Gateway:
         nxt = page.get("next")
         return {"items": page["items"], "next_cursor": self.cursors.encode(cursor_kind, nxt) if nxt else None}
 
+    # --- used by the web pages (webui/) ---------------------------------------------------
+
+    async def is_following(self, follower: str, followee: str) -> bool:
+        """Whether ``follower`` follows ``followee``; False for oneself or a malformed name."""
+        if not (is_valid_username(follower) and is_valid_username(followee)):
+            return False
+        if canonical(follower) == canonical(followee):
+            return False
+        return await self.social.is_following(follower, followee)
+
 
 def new_request_id() -> str:
     return uuid.uuid4().hex

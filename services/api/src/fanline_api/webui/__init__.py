@@ -1,0 +1,8 @@
+"""Fanline's web pages (Twissandra's, rebuilt): server-rendered HTML served by
+the gateway on top of the same use cases as the JSON API."""
+
+from __future__ import annotations
+
+from .routes import routes
+
+__all__ = ["routes"]
