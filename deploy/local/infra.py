@@ -985,7 +985,7 @@ class LocalInfra:
         """Inter-process lock on ``<state>/.lock`` (re-entrant within this object)."""
         if self._lock_depth == 0:
             self._ensure_state_dir()
-            fh = open(self.config.state_dir / ".lock", "a+")  # noqa: SIM115 - held across calls
+            fh = open(self.config.state_dir / ".lock", "a+")
             fcntl.flock(fh, fcntl.LOCK_EX)
             self._lock_fh = fh
         self._lock_depth += 1

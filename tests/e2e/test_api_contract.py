@@ -40,7 +40,7 @@ def test_json_that_is_not_an_object_is_400(api: Api, value: object) -> None:
 
 
 def test_body_over_64_kib_is_413(api: Api) -> None:
-    name, token = api.user()
+    _, token = api.user()
     big = json.dumps({"body": "x" * (65 * 1024)})
     assert_error(api.request("POST", "/v1/tweets", token, content=big), 413, "payload_too_large")
     assert_error(api.request("POST", "/v1/users", content=big), 413, "payload_too_large")
@@ -232,7 +232,7 @@ def test_ids_sort_by_creation_time(api: Api) -> None:
 
 def test_idempotency_key_returns_the_first_tweet(api: Api) -> None:
     me, token = api.user()
-    other, other_token = api.user()
+    _, other_token = api.user()
     first = api.post(token, "once", key="k-1")
     again = api.request("POST", "/v1/tweets", token, json={"body": "different"}, headers={"Idempotency-Key": "k-1"})
     assert again.status_code in (200, 201) and again.json()["id"] == first["id"]

@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
+from system import System
+
 from .client import PASSWORD, Api, eventually
 from .conftest import make_system
-from system import System  # noqa: I001 - deploy/local is put on sys.path by conftest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
