@@ -9,15 +9,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker
+PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli
+# Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
+KUBECONFORM_VERSION := v0.7.0
+KUSTOMIZE_VERSION   := v5.7.1
 INFRA  := $(PYTHON) deploy/local/infra.py
 
-.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean
+.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/pyproject.toml
+$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt $(PACKAGES) -r requirements-dev.txt
 	touch $(STAMP)
@@ -39,7 +42,21 @@ infra-status:  ## are they running?
 run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka
 	$(BIN)/python deploy/local/system.py --real
 
-test: $(STAMP)  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
+browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
+	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \
+	else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; fi
+
+ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize (Go) for tests/ops; idempotent
+	@command -v promtool >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+	@test -x $(BIN)/kubeconform-$(KUBECONFORM_VERSION) || { GOBIN=$(abspath $(BIN)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION) \
+	  && mv $(BIN)/kubeconform $(BIN)/kubeconform-$(KUBECONFORM_VERSION) && ln -sf kubeconform-$(KUBECONFORM_VERSION) $(BIN)/kubeconform; }
+	@test -x $(BIN)/kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(abspath $(BIN)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) \
+	  && mv $(BIN)/kustomize $(BIN)/kustomize-$(KUSTOMIZE_VERSION) && ln -sf kustomize-$(KUSTOMIZE_VERSION) $(BIN)/kustomize; }
+	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
+
+test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
@@ -47,7 +64,7 @@ test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no proc
 
 lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/ruff check .
-	$(BIN)/mypy shared/src services/*/src deploy/local
+	$(BIN)/mypy shared/src services/*/src tools/*/src deploy/local
 
 fmt: $(STAMP)  ## format and fix imports
 	$(BIN)/ruff check --fix .

@@ -155,6 +155,7 @@ class EventPublisher:
         except Unavailable:
             return []
         futures = []
+        started = time.perf_counter()
         try:
             for event in events:
                 futures.append(
@@ -166,6 +167,7 @@ class EventPublisher:
         for event, future in futures:
             try:
                 await asyncio.wait_for(future, self._settings.request_timeout_s)
+                metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
                 done.append(event)
             except (TimeoutError, KafkaError, OSError) as exc:
                 metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()

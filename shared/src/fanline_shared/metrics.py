@@ -4,7 +4,13 @@ Names follow Prometheus conventions: base units, ``_seconds`` for durations,
 ``_total`` for counters, histograms for latencies. A service only exports the
 metrics it touches, but all of them are defined here so dashboards and alerts
 have one reference. When ``PROMETHEUS_MULTIPROC_DIR`` is set (several worker
-processes of one service), ``render()`` aggregates across processes.
+processes of one service), ``render()`` aggregates across processes: counters
+and histograms are summed, and each gauge says how its per-process values
+combine (``multiprocess_mode``). prometheus_client's ``Info`` does not work in
+multiprocess mode, so build info is a gauge with the conventional ``_info``
+name and the value 1. tests/unit/test_metrics_multiprocess.py proves the
+aggregation with real processes; docs/operations.md lists what each metric
+feeds (dashboard panels and alerts).
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    Info,
     generate_latest,
     multiprocess,
 )
@@ -30,7 +35,12 @@ LATENCY_BUCKETS = (
 # Fan-out and delivery lag can take longer.
 LONG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
-BUILD_INFO = Info("fanline_build", "Build information of the running service")
+# Exposed as fanline_build_info{service, version} 1, exactly what an Info would
+# give, but it survives multiprocess mode ("max": the same 1 in every process).
+BUILD_INFO = Gauge(
+    "fanline_build_info", "Build information of the running service", ["service", "version"],
+    multiprocess_mode="max",
+)
 
 # --- HTTP (every service) ---------------------------------------------------
 HTTP_REQUESTS = Counter(
@@ -77,8 +87,11 @@ DELIVERY_LAG = Histogram(
     "Tweet created until every home-timeline row of it is written",
     buckets=LONG_BUCKETS,
 )
+# Set by each worker replica for the partitions it owns right now (a partition
+# it lost in a rebalance is removed, so sum() over replicas does not count twice).
 CONSUMER_LAG = Gauge(
-    "fanline_consumer_lag_messages", "Messages behind the log end, per partition", ["topic", "partition"]
+    "fanline_consumer_lag_messages", "Messages behind the log end, per partition", ["topic", "partition"],
+    multiprocess_mode="livemax",
 )
 EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
 DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
@@ -102,7 +115,10 @@ KAFKA_PRODUCE_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
-OUTBOX_PENDING = Gauge("fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"])
+OUTBOX_PENDING = Gauge(
+    "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],
+    multiprocess_mode="livemax",
+)
 OUTBOX_RELAYED = Counter(
     "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
 )
@@ -118,4 +134,4 @@ def render() -> tuple[bytes, str]:
 
 
 def set_build_info(service: str, version: str) -> None:
-    BUILD_INFO.info({"service": service, "version": version})
+    BUILD_INFO.labels(service, version).set(1)

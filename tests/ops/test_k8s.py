@@ -1,0 +1,298 @@
+"""deploy/k8s, validated offline: rendered with kustomize, checked by
+kubeconform -strict against bundled schemas, then the rules a schema cannot
+express (probes, resources, KEDA's bounds, Jobs, consistency with the config).
+
+Schemas (tests/ops/data/k8s-schemas/README.md): the built-in kinds come from
+the pinned ``kubernetes-validate`` package (PyPI), turned into standalone
+files here at run time; KEDA's ScaledObject is the vendored, generated
+``scaledobject-keda-v1alpha1.json``. kubeconform never touches the network:
+it is given only a local ``-schema-location``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .support import REPO, run_tool, tool
+
+K8S = REPO / "deploy" / "k8s"
+OVERLAYS = ("base", "overlays/dev", "overlays/production")
+KUBERNETES_VERSION = "1.31.0"  # the oldest minor we support; manifests valid here stay valid later
+VENDORED_SCHEMAS = Path(__file__).parent / "data" / "k8s-schemas"
+SERVICES = {"api": 8000, "social-graph": 8001, "tweet-store": 8002, "fanout-worker": 8003}
+STORAGE = ("social-graph", "tweet-store")
+DEF_REF = "/api/_definitions.json#/$defs/"
+
+
+# --------------------------------------------------------------------------
+# rendering and schemas
+# --------------------------------------------------------------------------
+
+
+@cache
+def rendered(overlay: str) -> str:
+    done = run_tool([tool("kustomize"), "build", str(K8S / overlay)], timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@cache
+def objects(overlay: str) -> tuple[dict[str, Any], ...]:
+    return tuple(doc for doc in yaml.safe_load_all(rendered(overlay)) if doc)
+
+
+def kind_file(api_version: str, kind: str) -> str:
+    """kubeconform's default name: {{ .ResourceKind }}{{ .KindSuffix }}.json."""
+    group, _, version = api_version.rpartition("/")
+    suffix = f"-{group.split('.')[0]}-{version}" if group else f"-{version}"
+    return f"{kind.lower()}{suffix}.json"
+
+
+def standalone(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    """One kubernetes-validate schema with the definitions it needs inlined
+    (kubeconform cannot follow the shared /api/_definitions.json)."""
+    text = json.dumps(schema).replace(DEF_REF, "#/$defs/")
+    needed: set[str] = set()
+    pending = set(re.findall(r'"#/\$defs/([^"]+)"', text))
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        pending |= set(re.findall(r'"#/\$defs/([^"]+)"', json.dumps(definitions[name]))) - needed
+    out = json.loads(text)
+    out.pop("$id", None)
+    out["$defs"] = {name: definitions[name] for name in sorted(needed)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def schema_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import kubernetes_validate
+
+    source = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{KUBERNETES_VERSION}-local-strict"
+    assert source.is_dir(), f"kubernetes-validate has no schemas for {KUBERNETES_VERSION}"
+    definitions = json.loads((source / "_definitions.json").read_text())["$defs"]
+    out = tmp_path_factory.mktemp("k8s-schemas")
+    wanted = {kind_file(o["apiVersion"], o["kind"]) for overlay in OVERLAYS for o in objects(overlay)}
+    wanted |= {"deployment-apps-v1.json"}  # used by the negative test
+    for name in sorted(wanted):
+        vendored = VENDORED_SCHEMAS / name
+        if vendored.exists():
+            (out / name).write_text(vendored.read_text())
+            continue
+        assert (source / name).exists(), f"no Kubernetes {KUBERNETES_VERSION} schema {name}"
+        (out / name).write_text(json.dumps(standalone(json.loads((source / name).read_text()), definitions)))
+    return out
+
+
+def kubeconform(manifests: str, schemas: Path) -> tuple[int, list[dict[str, Any]], str]:
+    done = run_tool(
+        [tool("kubeconform"), "-strict", "-summary", "-output", "json",
+         "-schema-location", str(schemas / "{{ .ResourceKind }}{{ .KindSuffix }}.json"), "-"],
+        input=manifests, timeout=120,
+    )
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return done.returncode, [], done.stdout + done.stderr
+    return done.returncode, report.get("resources", []), json.dumps(report.get("summary", {}))
+
+
+# --------------------------------------------------------------------------
+# schema validation
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kustomize_renders_and_kubeconform_accepts(overlay: str, schema_dir: Path) -> None:
+    code, resources, summary = kubeconform(rendered(overlay), schema_dir)
+    problems = [f"{r['kind']}/{r['name']}: {r['status']} {r.get('msg', '')}" for r in resources
+                if r["status"] != "statusValid"]
+    assert code == 0 and not problems, "\n".join(problems) or summary
+    assert json.loads(summary)["valid"] == len(objects(overlay)), summary
+
+
+BROKEN = {
+    "misspelt-deployment-field": """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: x}
+spec:
+  replica: 2
+  selector: {matchLabels: {a: b}}
+  template:
+    metadata: {labels: {a: b}}
+    spec: {containers: [{name: x, image: x}]}
+""",
+    "probe-port-of-wrong-type": """
+apiVersion: v1
+kind: Service
+metadata: {name: x}
+spec:
+  ports: [{port: "eighty"}]
+""",
+    "keda-metadata-must-be-strings": """
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: x}
+spec:
+  scaleTargetRef: {name: x}
+  triggers: [{type: kafka, metadata: {lagThreshold: 100}}]
+""",
+    "keda-unknown-field": """
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: x}
+spec:
+  scaleTargetRef: {name: x}
+  maxReplicas: 8
+  triggers: [{type: kafka, metadata: {topic: t}}]
+""",
+}
+
+
+@pytest.mark.parametrize("manifest", BROKEN.values(), ids=BROKEN.keys())
+def test_validation_is_not_vacuous(manifest: str, schema_dir: Path) -> None:
+    code, resources, output = kubeconform(manifest, schema_dir)
+    assert code != 0, output
+    assert resources and resources[0]["status"] == "statusInvalid", (resources, output)
+
+
+# --------------------------------------------------------------------------
+# what a schema cannot say
+# --------------------------------------------------------------------------
+
+
+def by_kind(overlay: str, kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects(overlay) if o["kind"] == kind}
+
+
+def config(overlay: str) -> dict[str, str]:
+    return dict(by_kind(overlay, "ConfigMap")["fanline-config"]["data"])
+
+
+def container(obj: dict[str, Any]) -> dict[str, Any]:
+    (only,) = obj["spec"]["template"]["spec"]["containers"]
+    return dict(only)
+
+
+by_overlay = pytest.mark.parametrize("overlay", OVERLAYS)
+
+
+@by_overlay
+def test_every_service_is_a_deployment_with_a_service(overlay: str) -> None:
+    deployments, services = by_kind(overlay, "Deployment"), by_kind(overlay, "Service")
+    for name, port in SERVICES.items():
+        deployment = deployments[name]
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        c = container(deployment)
+        assert c["image"].split("/")[-1].startswith(f"{name}:"), c["image"]
+        assert c["ports"] == [{"name": "http", "containerPort": port}]
+        service = services[name]
+        assert service["spec"]["selector"].items() <= labels.items(), f"service {name} selects no pod"
+        assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "http")]
+
+
+@by_overlay
+def test_probes_resources_and_hardening(overlay: str) -> None:
+    for name in SERVICES:
+        deployment = by_kind(overlay, "Deployment")[name]
+        c = container(deployment)
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}, name
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}, name
+        assert c["startupProbe"]["httpGet"]["path"] == "/healthz", name
+        for bound in ("requests", "limits"):
+            assert set(c["resources"][bound]) == {"cpu", "memory"}, f"{name}: {bound}"
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 10001, "the Dockerfiles' fanline user"
+        assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                        "capabilities": {"drop": ["ALL"]}}
+        assert {"configMapRef": {"name": "fanline-config"}} in c["envFrom"]
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == str(SERVICES[name])
+
+
+@by_overlay
+def test_the_api_gets_the_cursor_secret(overlay: str) -> None:
+    c = container(by_kind(overlay, "Deployment")["api"])
+    assert {"secretRef": {"name": "fanline-secrets"}} in c["envFrom"]
+    secret = by_kind(overlay, "Secret")["fanline-secrets"]
+    assert set(secret["stringData"]) == {"FANLINE_CURSOR_SECRET"}
+    for name in set(SERVICES) - {"api"}:
+        refs = container(by_kind(overlay, "Deployment")[name])["envFrom"]
+        assert all("secretRef" not in ref for ref in refs), f"{name} does not need the secret"
+
+
+@by_overlay
+def test_keda_scales_the_worker_within_the_partitions(overlay: str) -> None:
+    worker = by_kind(overlay, "Deployment")["fanout-worker"]
+    assert "replicas" not in worker["spec"], "KEDA owns the replica count"
+    (scaled,) = by_kind(overlay, "ScaledObject").values()
+    spec = scaled["spec"]
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    assert spec["scaleTargetRef"]["name"] == "fanout-worker"
+    settings = config(overlay)
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"] <= int(settings["FANLINE_TOPIC_PARTITIONS"])
+    (trigger,) = spec["triggers"]
+    meta = trigger["metadata"]
+    assert trigger["type"] == "kafka"
+    assert meta["consumerGroup"] == settings["FANLINE_WORKER_GROUP"] == "fanline-fanout"
+    assert meta["topic"] == settings["FANLINE_EVENTS_TOPIC"]
+    assert meta["bootstrapServers"] == settings["FANLINE_KAFKA_BOOTSTRAP"], "KEDA must watch the same Kafka"
+    assert int(meta["lagThreshold"]) > 0
+    assert meta["allowIdleConsumers"] == "false"
+
+
+@by_overlay
+def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None:
+    jobs, deployments = by_kind(overlay, "Job"), by_kind(overlay, "Deployment")
+    for service in STORAGE:
+        job = jobs[f"migrate-{service}"]
+        c = container(job)
+        assert c["args"] == ["migrate"]
+        assert c["image"] == container(deployments[service])["image"], "the service's own image and code path"
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+        assert job["spec"]["ttlSecondsAfterFinished"] > 0, "finished Jobs must go, or the next apply fails"
+    script = " ".join(container(jobs["kafka-topics"])["args"])
+    for needle in ('"$FANLINE_EVENTS_TOPIC"', '"$FANLINE_DLQ_TOPIC"', '--partitions "$FANLINE_TOPIC_PARTITIONS"',
+                   "--if-not-exists"):
+        assert needle in script
+
+
+@by_overlay
+def test_config_keys_are_documented_settings(overlay: str) -> None:
+    """A misspelt variable would be silently ignored by the services."""
+    documented = set(re.findall(r"`(FANLINE_[A-Z0-9_]+)`", (REPO / "README.md").read_text()))
+    unknown = set(config(overlay)) - documented
+    assert not unknown, f"not settings of any service (README.md, Configuration): {unknown}"
+    partitions = int(config(overlay)["FANLINE_TOPIC_PARTITIONS"])
+    assert partitions >= 8
+
+
+@by_overlay
+def test_everything_lives_in_the_fanline_namespace(overlay: str) -> None:
+    for obj in objects(overlay):
+        if obj["kind"] == "Namespace":
+            assert obj["metadata"]["name"] == "fanline"
+        else:
+            assert obj["metadata"].get("namespace") == "fanline", f"{obj['kind']}/{obj['metadata']['name']}"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "fanline"
+
+
+def test_the_dev_overlay_runs_the_engines_and_production_does_not() -> None:
+    dev = by_kind("overlays/dev", "StatefulSet")
+    assert set(dev) == {"kafka", "cassandra"}
+    assert {"kafka", "cassandra"} <= set(by_kind("overlays/dev", "Service"))
+    assert not by_kind("overlays/production", "StatefulSet")
+    production = config("overlays/production")
+    assert production["FANLINE_CASSANDRA_RF"] == production["FANLINE_TOPIC_RF"] == "3"
