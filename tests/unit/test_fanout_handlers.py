@@ -173,3 +173,26 @@ async def test_permanent_errors_are_dead_lettered_and_the_partition_moves_on(mon
     payload = events.tweet_deleted(new_timeuuid(), "star").payload
     await Processor(handlers, dlq, max_attempts=2).process(b"star", payload, {})
     assert [m["headers"]["error.reason"] for m in dlq.sent] == [b"invalid_owners"]
+
+
+class FlakyTopic(FakeTopic):
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def send(self, **kwargs: Any) -> asyncio.Future[None]:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker down")
+        return await super().send(**kwargs)
+
+
+async def test_a_dead_letter_that_cannot_be_written_is_retried_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fanline_fanout.app as worker_app
+    from fanline_shared.policies import RetryPolicy
+
+    monkeypatch.setattr(worker_app, "FANOUT_TRANSIENT", RetryPolicy("fast", attempts=None, base_delay_s=0.001, max_delay_s=0.002))
+    handlers, _, _ = make(0)
+    dlq = FlakyTopic(failures=3)
+    await Processor(handlers, dlq, max_attempts=1).process(b"k", b"garbage", {})
+    assert len(dlq.sent) == 1 and dlq.failures == 0

@@ -52,6 +52,7 @@ class Processor:
         try:
             event = events.decode(value)
         except events.InvalidEvent as exc:
+            metrics.EVENTS_CONSUMED.labels("invalid", "dead_lettered").inc()
             await self._to_dead_letter(key, value, "invalid_event", str(exc), origin)
             return
         kind = event.type
@@ -88,8 +89,21 @@ class Processor:
         metrics.DEAD_LETTERED.labels(reason).inc()
         headers = {"error.reason": reason.encode(), "error.detail": detail[:2000].encode()}
         headers.update({f"origin.{k}": v.encode() for k, v in origin.items()})
-        fut = await self._dead_letter.send(key=key, value=value, headers=headers)
-        await fut  # the dead letter is durable before the offset moves on
+
+        async def send_once() -> None:
+            started = time.perf_counter()
+            try:
+                fut = await self._dead_letter.send(key=key, value=value, headers=headers)
+                await fut  # the dead letter is durable before the offset moves on
+            except Exception as exc:
+                metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
+                raise Unavailable(f"dead-letter topic unavailable: {exc!r}") from exc
+            metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
+
+        # An exception escaping into faust would ack the message and lose it,
+        # so a dead letter that cannot be written is retried until it can
+        # (the partition waits, like any transient failure).
+        await retry(FANOUT_TRANSIENT, send_once, retry_on=(Unavailable,))
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -123,6 +137,11 @@ def create_app(settings: Settings) -> faust.App:
                               pages_in_flight=settings.pages_in_flight)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     metrics.set_build_info(SERVICE, __version__)
+    # Export the usual dead-letter reasons at 0 from the start: a counter that
+    # first appears at 1 shows no increase() in Prometheus, so the first
+    # dead letter after a restart would be invisible to dashboards and alerts.
+    for reason in ("invalid_event", "error"):
+        metrics.DEAD_LETTERED.labels(reason)
     joined = {"group": False}
     # Consumers have been seen stuck after broker restarts: readiness fails
     # when there is lag but no event has been processed for a while.
@@ -140,11 +159,14 @@ def create_app(settings: Settings) -> faust.App:
             await processor.process(event.key, event.value, origin)
             progress["last_event"] = time.monotonic()
 
+    reported: set[tuple[str, str]] = set()  # lag series this replica exports
+
     @app.timer(interval=5.0)
     async def report_lag() -> None:
         consumer = app.consumer
         committed = getattr(consumer, "_committed_offset", {})
         total = 0.0
+        current: set[tuple[str, str]] = set()
         for tp in consumer.assignment():
             if not isinstance(tp, TP) or tp.topic != settings.kafka.events_topic:
                 continue
@@ -153,8 +175,16 @@ def create_app(settings: Settings) -> faust.App:
                 continue
             done = committed.get(tp)
             lag = high - (done + 1 if done is not None else 0)
-            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, lag))
+            labels = (tp.topic, str(tp.partition))
+            metrics.CONSUMER_LAG.labels(*labels).set(max(0, lag))
+            current.add(labels)
             total += max(0, lag)
+        # A partition moved to another replica in a rebalance: stop exporting
+        # its last value here, or sum() over replicas would count it twice.
+        for labels in reported - current:
+            metrics.CONSUMER_LAG.remove(*labels)
+        reported.clear()
+        reported.update(current)
         if total and not progress["lag"]:
             progress["last_event"] = time.monotonic()  # lag just appeared: start the clock now
         progress["lag"] = total
