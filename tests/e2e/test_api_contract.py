@@ -336,6 +336,10 @@ def test_no_route_lets_a_act_as_b(api: Api) -> None:
     # Posting always acts as the token's user, whatever the body claims.
     posted = api.request("POST", "/v1/tweets", a_token, json={"body": "hi", "username": b}).json()
     assert posted["username"] == a
+    # A token names its user, but changing the name grants nothing.
+    forged = f"{b}.{a_token.partition('.')[2]}"
+    assert_error(api.request("GET", "/v1/timeline", forged), 401, "unauthorized")
+    assert_error(api.request("POST", "/v1/tweets", forged, json={"body": "as b?"}), 401, "unauthorized")
     # Logging out revokes only the caller's own token.
     assert api.request("DELETE", "/v1/sessions/current", a_token).status_code == 204
     assert api.request("GET", "/v1/timeline", b_token).status_code == 200

@@ -122,7 +122,7 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
         limit = validate_limit(request.query_params.get("limit"))
         cursor = request.query_params.get("cursor")
         if kind == "home":
-            owner = await g.authenticate(request.headers.get("authorization"))
+            return json_response(await g.home_timeline(request.headers.get("authorization"), limit, cursor))
         return json_response(await g.timeline(kind, owner, limit, cursor))
 
     return handler

@@ -21,7 +21,7 @@ from fanline_shared.domain import (
     validate_password,
     validate_username,
 )
-from fanline_shared.errors import Forbidden, InvalidInput, NotFound, Unauthorized
+from fanline_shared.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
 from fanline_shared.kafka import EventPublisher
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
@@ -172,6 +172,37 @@ class Gateway:
             page = await self.tweets.timeline(kind, owner, limit, before)
         nxt = page.get("next")
         return {"items": page["items"], "next_cursor": self.cursors.encode(cursor_kind, nxt) if nxt else None}
+
+    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+        """The token's user's home timeline.
+
+        Tokens name their user (``<username>.<secret>``, still opaque to
+        clients), so the timeline slice is read *while* the token is verified
+        instead of after it: the read costs one round trip less. The page is
+        returned only if verification succeeds and names the same user."""
+        token = self.bearer(authorization)
+        try:
+            before = self.cursors.decode("tl:home", cursor)
+        except BadRequest:
+            await self.social.authenticate(token)  # a bad token is reported first
+            raise
+        claimed, dot, _ = token.partition(".")
+        if not (dot and is_valid_username(claimed)):
+            actor = await self.social.authenticate(token)
+            page = await self.tweets.timeline("home", actor, limit, before)
+        else:
+            page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before))
+            try:
+                actor = await self.social.authenticate(token)
+                if canonical(actor) != canonical(claimed):
+                    raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
+            except BaseException:
+                page_task.cancel()
+                await asyncio.gather(page_task, return_exceptions=True)
+                raise
+            page = await page_task
+        nxt = page.get("next")
+        return {"items": page["items"], "next_cursor": self.cursors.encode("tl:home", nxt) if nxt else None}
 
     # --- used by the web pages (webui/) ---------------------------------------------------
 

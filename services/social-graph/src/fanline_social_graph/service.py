@@ -117,7 +117,10 @@ class SocialGraph:
             metrics.LOGINS.labels("failure").inc()
             raise failure
         user = found[0]
-        token = secrets.token_urlsafe(32)
+        # The token names its user so the gateway can start reading that
+        # user's timeline while verifying it; it is still verified in full
+        # (by the hash of the whole token), so the name grants nothing.
+        token = f"{canonical(user.username)}.{secrets.token_urlsafe(32)}"
         expires_at = utcnow() + self._session_ttl
         await self._storage.sessions.create(token_hash(token), user.username, expires_at)
         metrics.LOGINS.labels("success").inc()
