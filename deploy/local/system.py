@@ -225,17 +225,20 @@ def main() -> int:
     parser.add_argument("--real", action="store_true",
                         help="use the real Cassandra and Kafka started by `make infra-up`")
     parser.add_argument("--data-dir", default=os.environ.get("FANLINE_DATA_DIR", str(REPO / ".data")))
+    parser.add_argument("--base-port", type=int, default=8000,
+                        help="api, social-graph, tweet-store and worker listen on this port and the next three")
     args = parser.parse_args()
 
     if args.real:
         system = System(
             data_dir=Path(args.data_dir),
+            base_port=args.base_port,
             backend="cassandra",
             kafka_bootstrap=os.environ.get("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true")},
         )
     else:
-        system = System(data_dir=Path(args.data_dir))
+        system = System(data_dir=Path(args.data_dir), base_port=args.base_port)
 
     stopping = False
 
