@@ -7,11 +7,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 
-from fanline_shared.server import configure_logging, serve
+from fanline_shared.server import migrate_storage, storage_service_main
 
 from .adapters import build_storage
 from .app import SERVICE, create_app
@@ -19,22 +18,13 @@ from .config import Settings
 
 
 async def migrate(settings: Settings) -> None:
-    storage = build_storage(settings.storage)
-    await storage.start()  # start() creates or migrates the schema idempotently
-    await storage.close()
+    await migrate_storage(build_storage(settings.storage))
 
 
 def main() -> None:
     settings = Settings.from_env(os.environ)
-    args = sys.argv[1:]
-    if args == ["migrate"]:
-        configure_logging(SERVICE)
-        asyncio.run(migrate(settings))
-        print(f"{SERVICE}: schema up to date ({settings.storage.backend})")
-        return
-    if args:
-        sys.exit("usage: fanline-social-graph [migrate]")
-    serve(create_app(settings), settings.http, SERVICE)
+    storage_service_main(SERVICE, settings.http, settings.storage.backend,
+                         lambda: build_storage(settings.storage), lambda: create_app(settings), sys.argv[1:])
 
 
 if __name__ == "__main__":
