@@ -62,6 +62,15 @@ test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
+.PHONY: bench bench-quick
+bench: $(STAMP)  ## benchmarks on real Cassandra + Kafka (long): bench/results/ and docs/benchmarks.md
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-quick: $(STAMP)  ## a few-minute benchmark smoke run (writes bench/results/quick/ only)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
+	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
+
 lint: $(STAMP)  ## ruff + mypy
 	$(BIN)/ruff check .
 	$(BIN)/mypy shared/src services/*/src tools/*/src deploy/local

@@ -1,0 +1,182 @@
+"""The results document: its schema (issue 4), the targets, and the writer.
+
+Other tools read ``bench/results/latest.json``, so the keys below are a
+contract: ``SCHEMA`` lists every required key path, ``missing_keys`` checks a
+document against it, and ``write_results`` refuses to write one that lacks a
+key. A figure that could not be measured is ``null`` (never invented), and
+``details`` says why. Extra top-level keys (``details``, ``targets``) carry
+sample counts, methods and notes for humans; readers may ignore them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+FOLLOWER_COUNTS = ("0", "100", "1000", "10000")
+WORKER_COUNTS = ("1", "2", "4")
+SERVICES = ("api", "social-graph", "tweet-store", "fanout-worker")
+
+# Every key path the issue's schema requires ("a.b.c").
+SCHEMA: tuple[str, ...] = (
+    "machine",
+    "versions",
+    *(f"post_latency_ms.{side}.{n}.{p}" for side in ("ours", "sync_baseline") for n in FOLLOWER_COUNTS
+      for p in ("p50", "p99")),
+    "fanout_rows_per_s.worker",
+    "fanout_rows_per_s.bare_driver",
+    "fanout_rows_per_s.cassandra_stress_ops",
+    "delivery_lag_ms.followers",
+    "delivery_lag_ms.rate_per_s",
+    "delivery_lag_ms.p50",
+    "delivery_lag_ms.p99",
+    *(f"timeline_read_ms.{side}.{p}" for side in ("api", "raw") for p in ("p50", "p99")),
+    "timeline_read_ms.rate_per_s",
+    *(f"scaling_rows_per_s.{n}" for n in WORKER_COUNTS),
+    "scaling_rows_per_s.cores",
+    *(f"peak_rss_mb.{s}" for s in SERVICES),
+)
+
+
+def empty_result() -> dict[str, Any]:
+    """A document with every key present and every figure ``None``."""
+    pct: dict[str, Any] = {"p50": None, "p99": None}
+    return {
+        "machine": {},
+        "versions": {},
+        "post_latency_ms": {side: {n: dict(pct) for n in FOLLOWER_COUNTS} for side in ("ours", "sync_baseline")},
+        "fanout_rows_per_s": {"worker": None, "bare_driver": None, "cassandra_stress_ops": None},
+        "delivery_lag_ms": {"followers": 1000, "rate_per_s": None, "p50": None, "p99": None},
+        "timeline_read_ms": {"api": dict(pct), "raw": dict(pct), "rate_per_s": None},
+        "scaling_rows_per_s": {**{n: None for n in WORKER_COUNTS}, "cores": None},
+        "peak_rss_mb": {s: None for s in SERVICES},
+        "details": {},
+    }
+
+
+def missing_keys(doc: Mapping[str, Any]) -> list[str]:
+    """Key paths of ``SCHEMA`` absent from ``doc`` (a null value counts as present)."""
+    missing = []
+    for path in SCHEMA:
+        node: Any = doc
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                missing.append(path)
+                break
+            node = node[part]
+    return missing
+
+
+def get(doc: Mapping[str, Any], path: str) -> Any:
+    """The value at ``a.b.c``, or None if any part is missing."""
+    node: Any = doc
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+# --- targets -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """``measured OP bound``, where both sides are computed from the document."""
+
+    key: str
+    text: str  # the issue's wording
+    measured: float | None
+    bound: float | None
+    op: str  # "<=" or ">="
+    measured_label: str
+    bound_label: str
+
+    @property
+    def passed(self) -> bool | None:
+        if self.measured is None or self.bound is None:
+            return None
+        return self.measured <= self.bound if self.op == "<=" else self.measured >= self.bound
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "target": self.text,
+            "measured": _round(self.measured),
+            "bound": _round(self.bound),
+            "op": self.op,
+            "measured_is": self.measured_label,
+            "bound_is": self.bound_label,
+            "pass": self.passed,
+        }
+
+
+def _round(x: float | None, digits: int = 3) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, digits)
+
+
+def _num(doc: Mapping[str, Any], path: str) -> float | None:
+    value = get(doc, path)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _mul(a: float | None, k: float) -> float | None:
+    return None if a is None else a * k
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
+    """The five targets of issue 4, each as measured-vs-bound from the same run."""
+    ours0 = _num(doc, "post_latency_ms.ours.0.p99")
+    ours10k = _num(doc, "post_latency_ms.ours.10000.p99")
+    sync10k = _num(doc, "post_latency_ms.sync_baseline.10000.p99")
+    worker = _num(doc, "fanout_rows_per_s.worker")
+    bare = _num(doc, "fanout_rows_per_s.bare_driver")
+    api50 = _num(doc, "timeline_read_ms.api.p50")
+    raw50 = _num(doc, "timeline_read_ms.raw.p50")
+    lag99 = _num(doc, "delivery_lag_ms.p99")
+    return [
+        Target("post_p99_flat", "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers",
+               ours10k, _mul(ours0, 1.5), "<=", "p99 at 10,000 (ms)", "1.5 × p99 at 0 (ms)"),
+        Target("sync_ratio", "synchronous-baseline p99 ÷ ours at 10,000 followers ≥ 50",
+               _div(sync10k, ours10k), 50.0, ">=", "sync p99 ÷ ours p99", "50"),
+        Target("worker_vs_driver", "fan-out worker rows/s ≥ 0.7 × the bare-driver ceiling",
+               worker, _mul(bare, 0.7), ">=", "worker rows/s", "0.7 × bare-driver rows/s"),
+        Target("read_vs_raw", "timeline read p50 ≤ 2 × the raw CQL p50",
+               api50, _mul(raw50, 2.0), "<=", "GET /v1/timeline p50 (ms)", "2 × raw CQL p50 (ms)"),
+        Target("lag_p99", "delivery lag p99 ≤ 2 s for 1,000 followers at the reported rate",
+               lag99, 2000.0, "<=", "lag p99 (ms)", "2,000 ms"),
+    ]
+
+
+# --- writing -----------------------------------------------------------------------
+
+
+def finalize(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add the evaluated targets to the document (in place) and return it."""
+    doc["targets"] = {t.key: t.as_json() for t in evaluate_targets(doc)}
+    return doc
+
+
+def write_results(doc: dict[str, Any], out_dir: Path, now: datetime) -> tuple[Path, Path]:
+    """Write ``latest.json`` and ``<YYYY-MM-DD>T<HHMM>.json`` into ``out_dir``.
+
+    Raises ``ValueError`` naming the missing keys if the document does not
+    satisfy the schema; nothing is written then."""
+    missing = missing_keys(doc)
+    if missing:
+        raise ValueError(f"results lack required keys: {', '.join(missing)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    latest = out_dir / "latest.json"
+    dated = out_dir / f"{now.strftime('%Y-%m-%dT%H%M')}.json"
+    dated.write_text(text)
+    latest.write_text(text)
+    return latest, dated

@@ -1,0 +1,136 @@
+"""Seeding: authors through the API, followers bulk-loaded (harness only).
+
+Authors (the accounts that post) are created and logged in through the public
+API, exactly as a user would. Their followers are not: creating 10,000+
+follower accounts and edges through the API costs one argon2 hash per account
+and one lightweight transaction per edge, which would dominate the run without
+measuring anything the benchmark is about. So the harness — never the product
+— writes follower accounts and edges straight into social-graph's keyspace,
+into the same tables and with the same values social-graph would write
+(``users``, ``users_by_prefix``, ``following``, ``followers``,
+``follow_counts``), with prepared statements and the driver's
+``execute_concurrent`` (rows of one partition in unlogged single-partition
+batches). Follower accounts get a real argon2id hash of one
+shared password, so some of them log in (as timeline readers) through the API.
+
+No ``Followed`` events are published for bulk-loaded edges: nobody follows
+before the benchmark's tweets exist, so there is nothing to merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
+
+from fanline_shared.cassandra import batch, prepare
+
+POOL_PASSWORD = "bench-password-1"
+BULK_CONCURRENCY = 256
+BATCH_ROWS = 100  # rows per single-partition unlogged batch (one mutation each)
+
+
+def pool_name(tag: str, index: int) -> str:
+    """Follower ``index`` of the pool (zero-padded: name order = index order)."""
+    return f"f{tag}_{index:05d}"
+
+
+@dataclass
+class Graph:
+    """Who follows whom in this run: author -> number of pool followers
+    (the first N of the pool)."""
+
+    tag: str
+    followers: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def pool_size(self) -> int:
+        return max(self.followers.values(), default=0)
+
+    def followers_of(self, author: str) -> list[str]:
+        return [pool_name(self.tag, i) for i in range(self.followers[author])]
+
+    def following_counts(self) -> dict[str, int]:
+        """Pool follower -> how many authors it follows."""
+        counts: dict[str, int] = {}
+        for n in self.followers.values():
+            for i in range(n):
+                name = pool_name(self.tag, i)
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+
+def argon2_hash(password: str) -> str:
+    """An argon2id hash with the cheap parameters the bench system runs with."""
+    from argon2 import PasswordHasher
+
+    return PasswordHasher(time_cost=1, memory_cost=8192, parallelism=1).hash(password)
+
+
+def _run(session: Session, cql: str, params: Sequence[Sequence[Any]], *, partition: int | None = None) -> int:
+    """Write ``params`` with one prepared statement; returns statements sent.
+
+    ``partition``: index of the partition-key column in each tuple — rows of
+    one partition then go in unlogged single-partition batches of up to
+    ``BATCH_ROWS`` (one mutation on the replica each, far fewer round trips);
+    without it every row is its own statement."""
+    if not params:
+        return 0
+    stmt = prepare(session, cql, write=True)
+    if partition is None:
+        results = execute_concurrent_with_args(session, stmt, params, concurrency=BULK_CONCURRENCY,
+                                               raise_on_first_error=True)
+        sent = len(params)
+    else:
+        groups: dict[Any, list[Sequence[Any]]] = {}
+        for row in params:
+            groups.setdefault(row[partition], []).append(row)
+        batches = [batch((stmt, r) for r in rows[i:i + BATCH_ROWS])
+                   for rows in groups.values() for i in range(0, len(rows), BATCH_ROWS)]
+        results = execute_concurrent(session, [(b, None) for b in batches], concurrency=BULK_CONCURRENCY,
+                                     raise_on_first_error=True)
+        sent = len(batches)
+    for ok, result in results:
+        if not ok:  # pragma: no cover - raise_on_first_error raises first
+            raise RuntimeError(f"bulk load failed: {result}")
+    return sent
+
+
+def bulk_load_social_graph(session: Session, keyspace: str, graph: Graph,
+                           progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """Write the pool users and every edge of ``graph`` into social-graph's
+    tables (blocking; call from a thread). Returns (rows, statements)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    say = progress or (lambda _msg: None)
+    password_hash = argon2_hash(POOL_PASSWORD)
+    pool = [pool_name(graph.tag, i) for i in range(graph.pool_size)]
+    edges = [(f, a) for a in graph.followers for f in graph.followers_of(a)]
+    following = graph.following_counts()
+    say(f"bulk-loading {len(pool):,} follower accounts and {len(edges):,} follow edges into {keyspace}")
+    sent = _run(session, f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) "
+                         "VALUES (?, ?, ?, ?)", [(u, u, password_hash, now) for u in pool])
+    sent += _run(session, f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) "
+                          "VALUES (?, ?, ?, ?)", [(u[:2], u, u, now) for u in pool], partition=0)
+    sent += _run(session, f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) "
+                          "VALUES (?, ?, ?, ?)", [(f, a.lower(), a, now) for f, a in edges], partition=0)
+    sent += _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) "
+                          "VALUES (?, ?, ?, ?)", [(a.lower(), f, f, now) for f, a in edges], partition=0)
+    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
+                 [(n, f) for f, n in following.items()])
+    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
+                 [(n, a.lower()) for a, n in graph.followers.items() if n])
+    rows = 2 * len(pool) + 2 * len(edges) + len(following) + sum(1 for n in graph.followers.values() if n)
+    return rows, sent
+
+
+def bulk_load_followers_table(session: Session, keyspace: str, graph: Graph, authors: Iterable[str]) -> int:
+    """The baseline's own ``followers`` table, same rows as social-graph's."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    rows = [(a.lower(), f, f, now) for a in authors for f in graph.followers_of(a)]
+    _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
+         rows, partition=0)
+    return len(rows)

@@ -1,0 +1,94 @@
+"""cassandra-stress, the write ceiling of the node as Apache's own tool sees it.
+
+Apache does not publish ``cassandra-stress`` (``tools/lib/stress.jar``) to
+Maven Central for 5.0 — there is no ``cassandra-stress`` artifact, and the
+binary tarball ``org.apache.cassandra:apache-cassandra:<v>:tar.gz:bin`` is
+published only up to **4.0-alpha2**. That tarball is fetched with Maven (the
+project's usual client, cached in ``~/.m2``) and its stress tool, with its own
+``lib/``, runs on Java 17 against the 5.0 node over the native protocol. If
+``FANLINE_CASSANDRA_STRESS_JAR`` points at a 5.0 ``stress.jar``, that is used
+instead (``LocalInfra.stress_command``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TARBALL_VERSION = "4.0-alpha2"
+ARTIFACT = f"org.apache.cassandra:apache-cassandra:{TARBALL_VERSION}:tar.gz:bin"
+
+
+class StressUnavailable(RuntimeError):
+    pass
+
+
+def _fetch_tarball(infra: Any, log: Callable[[str], None]) -> Path:
+    """The unpacked 4.0-alpha2 tarball under the infra state dir (fetched once)."""
+    home = Path(infra.state_dir) / "stress" / f"apache-cassandra-{TARBALL_VERSION}"
+    if (home / "tools" / "lib" / "stress.jar").is_file():
+        return home
+    mvn = shutil.which(infra.config.mvn)
+    if mvn is None:
+        raise StressUnavailable("mvn not found: cannot fetch the cassandra tarball that ships cassandra-stress")
+    download = Path(infra.state_dir) / "stress" / "download"
+    download.mkdir(parents=True, exist_ok=True)
+    log(f"fetching {ARTIFACT} with Maven (cassandra-stress is not on Maven Central for 5.0)")
+    done = subprocess.run([mvn, "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
+                           f"-DoutputDirectory={download}"], capture_output=True, text=True, timeout=900)
+    tarballs = list(download.glob("apache-cassandra-*-bin.tar.gz"))
+    if done.returncode != 0 or not tarballs:
+        raise StressUnavailable(f"could not fetch {ARTIFACT}: {(done.stdout + done.stderr)[-500:]}")
+    with tarfile.open(tarballs[0]) as tar:
+        tar.extractall(home.parent, filter="data")
+    if not (home / "tools" / "lib" / "stress.jar").is_file():
+        raise StressUnavailable(f"{ARTIFACT} has no tools/lib/stress.jar")
+    return home
+
+
+def stress_command(infra: Any, args: list[str], log: Callable[[str], None]) -> tuple[list[str], str]:
+    """(argv, description of the tool used)."""
+    try:
+        return infra.stress_command(*args), "cassandra-stress from FANLINE_CASSANDRA_STRESS_JAR"
+    except Exception:  # noqa: BLE001 - InfraUnavailable: no 5.0 jar supplied; fall back to the tarball
+        pass
+    home = _fetch_tarball(infra, log)
+    flags = [f for f in infra._tool_jvm_flags() if not f.startswith("-Dlogback")]
+    host, port = infra.cassandra_contact.rsplit(":", 1)
+    argv = [infra.config.java, "-Xmx512M", *flags,
+            f"-Dlogback.configurationFile=file://{home / 'conf' / 'logback-tools.xml'}",
+            f"-Dcassandra.storagedir={home / 'data'}",
+            "-cp", f"{home / 'tools' / 'lib' / 'stress.jar'}:{home / 'lib'}/*:{home / 'conf'}",
+            "org.apache.cassandra.stress.Stress", *args, "-node", host, "-port", f"native={port}"]
+    return argv, f"cassandra-stress {TARBALL_VERSION} (from the apache-cassandra {TARBALL_VERSION} tarball on Maven Central)"
+
+
+_OP_RATE = re.compile(r"^Op rate\s*:\s*([\d,]+) op/s", re.MULTILINE)
+
+
+def parse_op_rate(output: str) -> float | None:
+    m = _OP_RATE.search(output)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def run_write(infra: Any, keyspace: str, ops: int, threads: int, log: Callable[[str], None],
+              timeout_s: float = 900) -> dict[str, Any]:
+    """``cassandra-stress write n=<ops>`` into its own keyspace; returns
+    {"ops_per_s", "tool", "args", "output_tail"}. Raises StressUnavailable."""
+    args = ["write", f"n={ops}", "cl=LOCAL_QUORUM", "-rate", f"threads={threads}",
+            "-col", "n=FIXED(1)", "size=FIXED(32)",
+            "-schema", f"keyspace={keyspace}", "replication(factor=1)"]
+    argv, tool = stress_command(infra, args, log)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise StressUnavailable(f"cassandra-stress timed out after {timeout_s:.0f}s") from exc
+    rate = parse_op_rate(done.stdout)
+    if rate is None:
+        raise StressUnavailable(f"cassandra-stress failed (exit {done.returncode}): {(done.stdout + done.stderr)[-800:]}")
+    return {"ops_per_s": rate, "tool": tool, "args": " ".join(args), "output_tail": done.stdout.strip().splitlines()[-22:]}

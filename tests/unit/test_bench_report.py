@@ -1,0 +1,154 @@
+"""The benchmark harness's outputs, from a fake result (no engines, no processes):
+the JSON writer keeps every key of issue 4's schema, the targets are judged
+right, and the markdown page and plots render."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench import report, results, stats  # noqa: E402
+
+# The issue's schema, spelled out independently of bench/results.py.
+ISSUE_KEYS = {
+    "machine": None,
+    "versions": None,
+    "post_latency_ms": {side: {n: {"p50": None, "p99": None} for n in ("0", "100", "1000", "10000")}
+                        for side in ("ours", "sync_baseline")},
+    "fanout_rows_per_s": {"worker": None, "bare_driver": None, "cassandra_stress_ops": None},
+    "delivery_lag_ms": {"followers": None, "rate_per_s": None, "p50": None, "p99": None},
+    "timeline_read_ms": {"api": {"p50": None, "p99": None}, "raw": {"p50": None, "p99": None}, "rate_per_s": None},
+    "scaling_rows_per_s": {"1": None, "2": None, "4": None, "cores": None},
+    "peak_rss_mb": {"api": None, "social-graph": None, "tweet-store": None, "fanout-worker": None},
+}
+
+
+def issue_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, sub in tree.items():
+        path = f"{prefix}{key}"
+        paths += issue_paths(sub, path + ".") if isinstance(sub, dict) else [path]
+    return paths
+
+
+def fake_result(**overrides: Any) -> dict[str, Any]:
+    doc = results.empty_result()
+    doc["machine"] = {"cores": 2, "cpu_model": "test CPU", "memory_gb": 8.0, "platform": "Linux",
+                      "load_average": {"min": 1.0, "mean": 2.0, "max": 3.0, "samples": 10}}
+    doc["versions"] = {"cassandra": "5.0.9", "kafka": "4.1.1", "python": "3.11.7"}
+    for i, n in enumerate(results.FOLLOWER_COUNTS):
+        doc["post_latency_ms"]["ours"][n] = {"p50": 20.0, "p99": 40.0 + i}
+        doc["post_latency_ms"]["sync_baseline"][n] = {"p50": 25.0 * 10**i, "p99": 50.0 * 10**i}
+    doc["fanout_rows_per_s"] = {"worker": 8000.0, "bare_driver": 10000.0, "cassandra_stress_ops": None}
+    doc["delivery_lag_ms"] = {"followers": 1000, "rate_per_s": 2.0, "p50": 400.0, "p99": 2500.0}
+    doc["timeline_read_ms"] = {"api": {"p50": 9.0, "p99": 30.0}, "raw": {"p50": 4.0, "p99": 10.0}, "rate_per_s": 50}
+    doc["scaling_rows_per_s"] = {"1": 8000.0, "2": 9000.0, "4": 9500.0, "cores": 2}
+    doc["peak_rss_mb"] = {"api": 60.0, "social-graph": 70.0, "tweet-store": 80.0, "fanout-worker": 90.0}
+    doc["details"] = {
+        "mode": "quick", "started_at": "2026-11-22 03:00 UTC", "duration_s": 123.0,
+        "delivery_lag": {"samples_ms": [300.0, 400.0, 450.0, 2500.0], "tweets": 4, "summary": {"max": 2500.0}},
+        "fanout": {"stress_note": "cassandra-stress was not available.",
+                   "bare_driver_tuning": [{"path": "driver", "concurrency": 64, "rows": 100, "rows_per_s": 9000.0}]},
+        "profile": {"services": {"api": {"samples": 10, "categories": [{"name": "starlette", "percent": 50.0}],
+                                         "top_self": [{"function": "f (x.py)", "percent": 50.0}]}},
+                    "findings": ["**api**: starlette 50 %"]},
+        "seeding": "bulk-loaded followers", "notes": ["a note"],
+    }
+    doc.update(overrides)
+    return doc
+
+
+def test_schema_covers_every_key_of_the_issue() -> None:
+    assert set(issue_paths(ISSUE_KEYS)) == set(results.SCHEMA)
+    assert results.missing_keys(results.empty_result()) == []
+
+
+def test_writer_produces_every_key_latest_and_dated(tmp_path: Path) -> None:
+    doc = results.finalize(fake_result())
+    latest, dated = results.write_results(doc, tmp_path, datetime(2026, 11, 22, 4, 5))
+    assert latest.name == "latest.json"
+    assert dated.name == "2026-11-22T0405.json"
+    for path in (latest, dated):
+        written = json.loads(path.read_text())
+        assert results.missing_keys(written) == []
+        for key in issue_paths(ISSUE_KEYS):
+            assert results.get(written, key) is not None or key == "fanout_rows_per_s.cassandra_stress_ops", key
+        assert written["fanout_rows_per_s"]["cassandra_stress_ops"] is None  # unmeasured stays null
+    assert json.loads(latest.read_text()) == json.loads(dated.read_text())
+
+
+def test_writer_refuses_a_document_missing_a_key(tmp_path: Path) -> None:
+    doc = fake_result()
+    del doc["scaling_rows_per_s"]["4"]
+    with pytest.raises(ValueError, match=r"scaling_rows_per_s\.4"):
+        results.write_results(doc, tmp_path, datetime(2026, 1, 1))
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("post_p99_flat", True),  # 43 <= 1.5 * 40
+        ("sync_ratio", True),  # 50000 / 43 >= 50
+        ("worker_vs_driver", True),  # 8000 >= 7000
+        ("read_vs_raw", False),  # 9 > 2 * 4
+        ("lag_p99", False),  # 2500 > 2000
+    ],
+)
+def test_targets_are_judged_from_the_same_document(key: str, expected: bool) -> None:
+    targets = {t.key: t for t in results.evaluate_targets(fake_result())}
+    assert targets[key].passed is expected
+
+
+def test_unmeasured_target_is_neither_pass_nor_fail() -> None:
+    doc = fake_result()
+    doc["fanout_rows_per_s"]["bare_driver"] = None
+    targets = {t.key: t for t in results.evaluate_targets(doc)}
+    assert targets["worker_vs_driver"].passed is None
+    assert results.finalize(doc)["targets"]["worker_vs_driver"]["pass"] is None
+
+
+def test_markdown_renders_tables_targets_and_plot_links() -> None:
+    md = report.render_markdown(fake_result(), {"post_latency": "benchmarks/post_latency.png"})
+    assert md.startswith("# Benchmarks")
+    for heading in ("## Targets", "## 1. Post latency vs followers", "## 2. Fan-out throughput",
+                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 6. Memory", "## Profile (py-spy)"):
+        assert heading in md
+    assert "![post latency vs followers](benchmarks/post_latency.png)" in md
+    assert "**FAIL**" in md and "**pass**" in md
+    assert "cassandra-stress was not available." in md
+    assert "10,000" in md and "8,000" in md  # figures formatted with separators
+
+
+def test_markdown_survives_an_empty_result() -> None:
+    md = report.render_markdown(results.empty_result())
+    assert "not measured" in md
+
+
+@pytest.mark.slow  # matplotlib takes ~10 s on a loaded 2-core machine
+def test_plots_are_written(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    made = report.make_plots(fake_result(), tmp_path)
+    assert set(made) == set(report.PLOTS)
+    for path in made.values():
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [([1.0], 99, 1.0), ([1.0, 2.0, 3.0, 4.0], 50, 2.5), (list(range(1, 101)), 99, 99.01), ([5.0, 1.0], 0, 1.0)],
+)
+def test_percentile_matches_linear_interpolation(values: list[float], q: float, expected: float) -> None:
+    assert stats.percentile(values, q) == pytest.approx(expected)
+
+
+def test_p50_p99_of_nothing_is_null() -> None:
+    assert stats.p50_p99([]) is None
