@@ -188,9 +188,27 @@ class System:
                     raise TimeoutError(f"{name} not ready after {timeout:.0f}s ({self.url(name)}/readyz)")
                 time.sleep(0.2)
 
-    def stop(self) -> None:
-        for name in ("api", "fanout-worker", "tweet-store", "social-graph", "broker"):
-            self.stop_service(name)
+    def stop(self, timeout: float = 20) -> None:
+        """Stop the front (api, worker) first, then the rest, each group in
+        parallel; anything still alive after ``timeout`` gets SIGKILL."""
+        for group in (("api", "fanout-worker"), ("tweet-store", "social-graph", "broker")):
+            procs = {name: self.procs.pop(name) for name in group if name in self.procs}
+            for proc in procs.values():
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + timeout
+            for proc in procs.values():
+                try:
+                    proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait(5)
 
 
 def _http_ok(url: str) -> bool:

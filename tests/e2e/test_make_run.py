@@ -71,7 +71,11 @@ def interrupt(proc: subprocess.Popen[str]) -> set[int]:
     children = descendants(proc.pid)
     assert len(children) >= 5, children  # broker + four services
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
-    proc.communicate(timeout=60)
+    try:
+        proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its children die with it (PR_SET_PDEATHSIG)
+        raise
     return children
 
 
