@@ -135,7 +135,6 @@ def test_markdown_survives_an_empty_result() -> None:
 
 @pytest.mark.slow  # matplotlib takes ~10 s on a loaded 2-core machine
 def test_plots_are_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
     made = report.make_plots(fake_result(), tmp_path)
     assert set(made) == set(report.PLOTS)
     for path in made.values():

@@ -30,6 +30,7 @@ def main() -> None:
     configure_logging(SERVICE)
     counts = asyncio.run(retry(WAIT_FOR_BROKER, lambda: ensure_topics(settings.kafka), retry_on=(Unavailable,)))
     log.info("topics ready: %s", counts)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
     app = create_app(settings)
     level = os.environ.get("FANLINE_LOG_LEVEL", "INFO").lower()
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

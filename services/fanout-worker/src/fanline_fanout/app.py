@@ -121,6 +121,7 @@ def create_app(settings: Settings) -> faust.App:
         broker_heartbeat_interval=1.0,
         producer_acks=-1,
         store="memory://",
+        datadir=str(settings.data_dir / settings.group_id),
         web_enabled=True,
         web_bind=settings.http.host,
         web_port=settings.http.port,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
 
@@ -21,6 +22,7 @@ class Settings:
     session_timeout_s: float
     rebalance_timeout_s: float
     stuck_after_s: float
+    data_dir: Path
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -45,4 +47,7 @@ class Settings:
             rebalance_timeout_s=env.number("FANLINE_WORKER_REBALANCE_TIMEOUT_S", 5.0),
             # /readyz fails if there is lag but nothing was processed this long.
             stuck_after_s=env.number("FANLINE_WORKER_STUCK_AFTER_S", 120.0),
+            # faust keeps a small directory of its own (table metadata); without
+            # this it would be created in the current directory.
+            data_dir=Path(env.string("FANLINE_DATA_DIR", ".data")).resolve() / "fanout-worker",
         )
