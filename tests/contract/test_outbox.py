@@ -28,7 +28,7 @@ class Owner:
     append: Callable[[OutboxEvent], Awaitable[object]]
 
 
-@pytest.fixture(params=["social_graph", "tweet_store"])
+@pytest.fixture(params=["social_graph", "tweet_store", "tweet_store_fresh"])
 async def owner(request: pytest.FixtureRequest, names: Names, social_graph: SocialGraphStorage,
                 tweet_store: TweetStoreStorage) -> Owner:
     if request.param == "social_graph":
@@ -37,9 +37,11 @@ async def owner(request: pytest.FixtureRequest, names: Names, social_graph: Soci
 
         return Owner(social_graph.outbox, follow)
 
+    fresh = request.param == "tweet_store_fresh"  # the one-batch path of unkeyed posts
+
     async def post(event: OutboxEvent) -> object:
         author = names.user()
-        return await tweet_store.tweets.create(Tweet(new_timeuuid(), author, "body"), event)
+        return await tweet_store.tweets.create(Tweet(new_timeuuid(), author, "body"), event, fresh=fresh)
 
     return Owner(tweet_store.outbox, post)
 

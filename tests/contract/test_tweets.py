@@ -56,6 +56,24 @@ async def test_create_is_idempotent(tweet_store: TweetStoreStorage, names: Names
     assert await tweet_store.tweets.userline(author, 10, None) == [t.id]
 
 
+async def test_fresh_create_stores_everything_and_counts_once(tweet_store: TweetStoreStorage, names: Names) -> None:
+    """The unkeyed path (no existence check) writes what the checked path
+    writes: the tweet, userline, public line, count and outbox event."""
+    author = names.user("Tf")
+    t = tweet(author)
+    event = events.tweet_created(t.id, t.username, t.created_at)
+    assert await tweet_store.tweets.create(t, event, fresh=True) is True
+    assert await tweet_store.tweets.get(t.id) == t
+    assert await tweet_store.tweets.userline(author, 10, None) == [t.id]
+    assert t.id in await tweet_store.tweets.public(50, None)
+    assert await tweet_store.tweets.counts([author]) == {author.lower(): 1}
+    pending = await tweet_store.outbox.pending(utcnow() + timedelta(seconds=5), 10_000)
+    assert event.id in {e.id for e in pending}
+    # a later checked create of the same tweet sees it and counts nothing
+    assert await create(tweet_store, t) is False
+    assert await tweet_store.tweets.counts([author]) == {author.lower(): 1}
+
+
 async def test_get_unknown_is_none(tweet_store: TweetStoreStorage) -> None:
     assert await tweet_store.tweets.get(new_timeuuid()) is None
 

@@ -104,10 +104,16 @@ class TweetRepository(Protocol):
 
     Slices return tweet ids; callers multi-get the tweets with ``get_many``."""
 
-    async def create(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def create(self, tweet: Tweet, event: OutboxEvent, *, fresh: bool = False) -> bool:
         """Store the tweet in the tweets table, the author's userline and the
         public timeline, and ``event`` in the outbox. True if it was new;
-        writing the same tweet again changes nothing."""
+        writing the same tweet again changes nothing.
+
+        ``fresh=True`` is the caller's promise that ``tweet.id`` was minted for
+        this one call and is never written by anyone else (no idempotency key:
+        nothing can repeat it). The adapter may then skip the existence check
+        (in Cassandra: no lightweight transaction, one round of writes) and
+        returns True."""
 
     async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
         """Bind ``key`` (per user, for ``ttl_s``) to ``candidate`` if unbound,

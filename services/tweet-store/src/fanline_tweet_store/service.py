@@ -66,7 +66,11 @@ class TweetStore:
                 await self._s.tweets.create(tweet, event)
                 return tweet, False, event
         event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
-        created = await self._s.tweets.create(tweet, event)
+        # Without a key the id above is this call's alone (the gateway never
+        # retries an unkeyed create), so the store may skip its existence
+        # check. With a key, a concurrent repeat may write the same id, so the
+        # check (an LWT in Cassandra) decides who counts the tweet.
+        created = await self._s.tweets.create(tweet, event, fresh=idempotency_key is None)
         return tweet, created, event
 
     async def get(self, tweet_id: uuid.UUID) -> Tweet:

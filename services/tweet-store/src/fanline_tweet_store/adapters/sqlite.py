@@ -102,7 +102,8 @@ class SqliteTweets:
         self.db = db
         self._reservations = 0
 
-    async def create(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def create(self, tweet: Tweet, event: OutboxEvent, *, fresh: bool = False) -> bool:
+        # One local transaction either way: ``fresh`` saves nothing here.
         params = (str(tweet.id), timeuuid_sort_key(tweet.id), tweet.username, canonical(tweet.username), tweet.body)
 
         def write(conn: sqlite3.Connection) -> bool:
