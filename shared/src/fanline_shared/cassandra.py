@@ -306,17 +306,21 @@ async def execute_lwt(session: Session, statement: Statement | str, params: Para
 class _Window:
     """Bounded concurrent executions of one statement, driven by driver callbacks.
 
-    ``concurrency`` requests are in flight; each completion submits the next
-    one from the driver thread, so the event loop is woken only once at the
-    end. On the first error no new request is started; the call fails after
-    the in-flight ones finished.
+    Up to ``limit()`` requests are in flight; each completion submits the
+    next ones from the driver thread, so the event loop is woken only once at
+    the end. ``limit`` is asked again at every completion: when it shrinks,
+    completions are not replaced until the window fits (at least one request
+    stays in flight); when it grows, a completion starts several. On the
+    first error no new request is started; the call fails after the in-flight
+    ones finished.
     """
 
     _MAX_DEPTH = 40  # callbacks can run synchronously; avoid deep recursion
 
     def __init__(self, session: Session, statement: Statement, params: Sequence[Params], name: str,
-                 loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any]) -> None:
+                 loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], limit: Callable[[], int]) -> None:
         self.session = session
+        self.limit = limit
         self.statement = statement
         self.params = params
         self.name = name
@@ -331,27 +335,35 @@ class _Window:
         self.local = threading.local()
         self.latency = metrics.CASSANDRA_LATENCY.labels(name)
 
-    def start(self, concurrency: int) -> None:
-        for _ in range(min(concurrency, len(self.params))):
-            self._submit()
+    def start(self) -> None:
+        with self.lock:  # reserved first: the first completions may already run
+            count = min(max(1, self.limit()), len(self.params))
+            self.in_flight += count
+        for _ in range(count):
+            self._submit(reserved=True)
 
-    def _claim(self) -> int | None:
+    def _claim(self, reserved: bool) -> int | None:
+        """The next index to execute, counted in flight (``reserved``: the
+        slot was already counted by ``_done``; released if nothing is left)."""
         with self.lock:
             if self.error is not None or self.next >= len(self.params) or self.fut.done():
+                if reserved:
+                    self.in_flight -= 1
                 return None
             index = self.next
             self.next += 1
-            self.in_flight += 1
+            if not reserved:
+                self.in_flight += 1
             return index
 
-    def _submit(self) -> None:
+    def _submit(self, reserved: bool = False) -> None:
         depth = getattr(self.local, "depth", 0)
         if depth > self._MAX_DEPTH:
             # Completed synchronously many times in a row: continue on the
             # driver's executor to unwind the stack.
-            self.session.submit(self._submit)
+            self.session.submit(self._submit, reserved)
             return
-        index = self._claim()
+        index = self._claim(reserved)
         if index is None:
             self._maybe_finish()
             return
@@ -377,7 +389,13 @@ class _Window:
         self.latency.observe(time.perf_counter() - started)
         with self.lock:
             self.in_flight -= 1
-        self._submit()
+            room = self.limit() - self.in_flight
+            if room < 1 and self.in_flight == 0:
+                room = 1
+            # Reserve the slots now: completions on other threads see them.
+            self.in_flight += max(0, room)
+        for _ in range(room):
+            self._submit(reserved=True)
 
     def _failed(self, exc: BaseException, started: float) -> None:
         self.latency.observe(time.perf_counter() - started)
@@ -400,9 +418,12 @@ class _Window:
 
 
 async def execute_concurrent(session: Session, statement: Statement, params_seq: Sequence[Params], *, name: str,
-                             concurrency: int = policies.DEFAULT_FANOUT_CONCURRENCY) -> list[list[Row]]:
+                             concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                             ) -> list[list[Row]]:
     """Execute ``statement`` once per parameter tuple, at most ``concurrency`` at
     a time; return each execution's rows, in the order of ``params_seq``.
+    ``concurrency`` may be a function, asked again as executions complete
+    (e.g. a window that shrinks while user-facing requests are being served).
 
     Raise ``Unavailable`` (the first failure) once the in-flight executions
     finished; executions not yet started are not started. Cancelling the
@@ -410,12 +431,19 @@ async def execute_concurrent(session: Session, statement: Statement, params_seq:
     """
     if not params_seq:
         return []
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+    if isinstance(concurrency, int):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        fixed = concurrency
+
+        def limit() -> int:
+            return fixed
+    else:
+        limit = concurrency
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[list[list[Row]]] = loop.create_future()
-    window = _Window(session, statement, params_seq, name, loop, fut)
-    window.start(concurrency)
+    window = _Window(session, statement, params_seq, name, loop, fut, limit)
+    window.start()
     return await fut
 
 

@@ -81,3 +81,26 @@ CONSISTENCY_SERIAL = "LOCAL_SERIAL"
 
 # Home-timeline writes per in-flight window of the worker (bounded concurrency).
 DEFAULT_FANOUT_CONCURRENCY = 128
+# Fan-out pages one tweet-store process writes at once, whatever the number of
+# workers calling it; further pages wait their turn. With the window above this
+# bounds the writes it keeps queued at Cassandra, and so how long a post's or a
+# read's statements wait behind fan-out on a busy node (Little's law).
+DEFAULT_HOME_WRITE_CALLS = 2
+
+
+@dataclass(frozen=True)
+class FanoutYield:
+    """Fan-out writes yield to user-facing requests.
+
+    A tweet-store process that served a user-facing request (a post, a read)
+    within the last ``quiet_s`` keeps at most ``busy_window`` fan-out writes in
+    flight per page, otherwise ``idle_window``. On a busy node every statement
+    queues behind the writes in flight, so the busy window bounds how long a
+    post or a read waits behind fan-out; when no one is posting or reading,
+    a backlog drains at full speed. The price: under steady user traffic the
+    fan-out runs at the busy window's pace (delivery lag grows first).
+    """
+
+    idle_window: int = DEFAULT_FANOUT_CONCURRENCY
+    busy_window: int = 16
+    quiet_s: float = 0.5

@@ -12,20 +12,19 @@ import sys
 
 from fanline_shared.server import migrate_storage, storage_service_main
 
-from .adapters import build_storage
-from .app import SERVICE, create_app
+from .app import SERVICE, create_app, open_storage
 from .config import Settings
 
 
 async def migrate(settings: Settings) -> None:
-    await migrate_storage(build_storage(settings.storage, home_retention_s=settings.home_retention_s))
+    await migrate_storage(open_storage(settings))
 
 
 def main() -> None:
     settings = Settings.from_env(os.environ)
     storage_service_main(
         SERVICE, settings.http, settings.storage.backend,
-        lambda: build_storage(settings.storage, home_retention_s=settings.home_retention_s),
+        lambda: open_storage(settings),
         lambda: create_app(settings), sys.argv[1:],
     )
 

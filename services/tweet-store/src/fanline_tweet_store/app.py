@@ -25,6 +25,7 @@ from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, re
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
 from .config import Settings
+from .priority import ForegroundActivity
 from .service import TweetStore, tweet_json
 
 SERVICE = "tweet-store"
@@ -67,13 +68,24 @@ def _owners(body: dict[str, Any]) -> list[str]:
     return owners
 
 
+def open_storage(settings: Settings, activity: ForegroundActivity | None = None) -> TweetStoreStorage:
+    """The storage these settings describe (not yet started). With
+    ``activity``, fan-out writes yield to the user-facing requests it tracks."""
+    window = activity.window if activity is not None else settings.home_writes.idle_window
+    return build_storage(settings.storage, home_retention_s=settings.home_retention_s,
+                         home_write_window=window, home_write_calls=settings.home_write_calls)
+
+
 def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> Starlette:
+    activity = ForegroundActivity(settings.home_writes)
+    fg = activity.foreground  # user-facing routes: the fan-out yields to them
+
     def store(request: Request) -> TweetStore:
         return request.app.state.store  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        s = storage or build_storage(settings.storage, home_retention_s=settings.home_retention_s)
+        s = storage or open_storage(settings, activity)
         await s.start()
         app.state.storage = s
         app.state.store = TweetStore(
@@ -154,17 +166,17 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         await app.state.storage.ping()
 
     routes = [
-        route(SERVICE, "/internal/tweets", create_tweet, ["POST"]),
-        route(SERVICE, "/internal/tweets/{tweet_id}", get_tweet, ["GET"]),
-        route(SERVICE, "/internal/tweets/{tweet_id}", delete_tweet, ["DELETE"]),
-        route(SERVICE, "/internal/userline/{username}", timeline("user"), ["GET"]),
-        route(SERVICE, "/internal/public", timeline("public"), ["GET"]),
-        route(SERVICE, "/internal/home/{username}", timeline("home"), ["GET"]),
+        route(SERVICE, "/internal/tweets", fg(create_tweet), ["POST"]),
+        route(SERVICE, "/internal/tweets/{tweet_id}", fg(get_tweet), ["GET"]),
+        route(SERVICE, "/internal/tweets/{tweet_id}", fg(delete_tweet), ["DELETE"]),
+        route(SERVICE, "/internal/userline/{username}", fg(timeline("user")), ["GET"]),
+        route(SERVICE, "/internal/public", fg(timeline("public")), ["GET"]),
+        route(SERVICE, "/internal/home/{username}", fg(timeline("home")), ["GET"]),
         route(SERVICE, "/internal/home/add", home_add, ["POST"]),
         route(SERVICE, "/internal/home/remove", home_remove, ["POST"]),
         route(SERVICE, "/internal/home/{username}/merge", home_merge, ["POST"]),
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
-        route(SERVICE, "/internal/counts", counts, ["GET"]),
+        route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
         *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
         *ops_routes(SERVICE, {"storage": ping_storage}),
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from fanline_shared import policies
 from fanline_shared.config import Env, HttpSettings, StorageSettings
 
 
@@ -15,6 +16,8 @@ class Settings:
     home_retention_s: int
     idempotency_ttl_s: int
     follow_merge_count: int
+    home_writes: policies.FanoutYield
+    home_write_calls: int
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -27,4 +30,15 @@ class Settings:
             idempotency_ttl_s=env.integer("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1),
             # How many of an author's recent tweets a new follower receives.
             follow_merge_count=env.integer("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50),
+            # Fan-out writes in flight per page (Cassandra only): the idle
+            # window, and the busy one while user-facing requests were served
+            # within the last FANLINE_FANOUT_YIELD_S (policies.FanoutYield).
+            home_writes=policies.FanoutYield(
+                idle_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_FANOUT_CONCURRENCY, minimum=1),
+                busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", 16, minimum=1),
+                quiet_s=env.number("FANLINE_FANOUT_YIELD_S", 0.5),
+            ),
+            # Fan-out pages written at once per process, whatever the number of
+            # workers calling it: pages x window bounds the queue at Cassandra.
+            home_write_calls=env.integer("FANLINE_HOME_WRITE_CALLS", policies.DEFAULT_HOME_WRITE_CALLS, minimum=1),
         )

@@ -7,8 +7,10 @@ ports (``fanline_shared.ports``) and pass the same contract tests
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fanline_shared import policies
 from fanline_shared.config import StorageSettings
 from fanline_shared.ports import HomeTimelineRepository, Lifecycle, Outbox, TweetRepository
 
@@ -37,15 +39,21 @@ class TweetStoreStorage:
         await self.engine.ping()
 
 
-def build_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+def build_storage(settings: StorageSettings, *, home_retention_s: int,
+                  home_write_window: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                  home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
     """The storage for ``settings.backend``; home-timeline rows live
-    ``home_retention_s`` seconds after their tweet's creation."""
+    ``home_retention_s`` seconds after their tweet's creation. In Cassandra,
+    fan-out writes run ``home_write_window`` at a time per page (a number, or
+    a function asked as writes complete) and ``home_write_calls`` pages at a
+    time per process."""
     if home_retention_s <= 0:
         raise ValueError("home_retention_s must be positive")
     if settings.backend == "cassandra":
         from .cassandra import build_cassandra_storage
 
-        return build_cassandra_storage(settings, home_retention_s=home_retention_s)
+        return build_cassandra_storage(settings, home_retention_s=home_retention_s,
+                                       home_write_window=home_write_window, home_write_calls=home_write_calls)
     if settings.backend == "embedded":
         from .sqlite import build_sqlite_storage
 

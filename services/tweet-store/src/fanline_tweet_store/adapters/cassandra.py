@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -361,10 +361,13 @@ def _tweet(row: Any) -> Tweet:
 
 class CassandraHomeTimeline(Repository):
     def __init__(self, keyspace: Keyspace, retention_s: int,
-                 concurrency: int = policies.DEFAULT_FANOUT_CONCURRENCY) -> None:
+                 concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                 calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> None:
         super().__init__(keyspace)
         self._retention_s = retention_s
         self._concurrency = concurrency
+        # At most ``calls`` fan-out pages in flight at once in this process.
+        self._calls = asyncio.Semaphore(calls)
 
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
@@ -392,8 +395,9 @@ class CassandraHomeTimeline(Repository):
         if ttl <= 0 or not names:
             return
         author_lc = canonical(author)
-        await execute_concurrent(self._session, self._insert, [(o, tweet_id, author_lc, ttl) for o in names],
-                                 name="home_add", concurrency=self._concurrency)
+        async with self._calls:
+            await execute_concurrent(self._session, self._insert, [(o, tweet_id, author_lc, ttl) for o in names],
+                                     name="home_add", concurrency=self._concurrency)
 
     async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
         now, owner_lc = utcnow(), canonical(owner)
@@ -410,8 +414,9 @@ class CassandraHomeTimeline(Repository):
         names = list(dict.fromkeys(canonical(o) for o in owners))
         if not names:
             return
-        await execute_concurrent(self._session, self._delete, [(o, tweet_id) for o in names],
-                                 name="home_remove", concurrency=self._concurrency)
+        async with self._calls:
+            await execute_concurrent(self._session, self._delete, [(o, tweet_id) for o in names],
+                                     name="home_remove", concurrency=self._concurrency)
 
     async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
         owner_lc = canonical(owner)
@@ -432,12 +437,14 @@ class CassandraHomeTimeline(Repository):
         return [r.tweet_id for r in rows]
 
 
-def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
+                            home_write_window: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                            home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
-        home=CassandraHomeTimeline(keyspace, home_retention_s),
+        home=CassandraHomeTimeline(keyspace, home_retention_s, home_write_window, home_write_calls),
         outbox=outbox,
         engine=keyspace,
     )

@@ -1,0 +1,60 @@
+"""Fan-out yields to user-facing requests (``policies.FanoutYield``).
+
+tweet-store serves two kinds of callers: the gateway, on behalf of a person
+waiting for an answer (posts, timelines, lookups), and the fan-out worker,
+writing home-timeline rows in the background. On a busy Cassandra node every
+statement queues behind the ones already in flight, so a large fan-out window
+turns straight into post and read latency. This module tracks when a
+user-facing request was last served and gives the fan-out its window
+accordingly.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fanline_shared.policies import FanoutYield
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class ForegroundActivity:
+    """When this process last served a user-facing request."""
+
+    def __init__(self, policy: FanoutYield, clock: Callable[[], float] = time.monotonic) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._last = float("-inf")
+        self._active = 0
+
+    def touch(self) -> None:
+        self._last = self._clock()
+
+    def busy(self) -> bool:
+        return self._active > 0 or self._clock() - self._last < self._policy.quiet_s
+
+    def window(self) -> int:
+        """Fan-out writes to keep in flight per page right now. Called from
+        the driver's thread as writes complete: reads two numbers, no lock."""
+        return self._policy.busy_window if self.busy() else self._policy.idle_window
+
+    def foreground(self, handler: Handler) -> Handler:
+        """Wrap a user-facing route handler: the fan-out yields while it runs
+        and for ``quiet_s`` after."""
+
+        @functools.wraps(handler)
+        async def wrapped(request: Request) -> Response:
+            self._active += 1
+            self.touch()
+            try:
+                return await handler(request)
+            finally:
+                self._active -= 1
+                self.touch()
+
+        return wrapped
