@@ -347,7 +347,7 @@ def _analysis(doc: Mapping[str, Any]) -> list[str]:
             "stopped: what moves the post latency is the fan-out load sharing the node and the CPUs, not the "
             "author's follower count.")
     means = {str(b.get("series", "")): b.get("mean_ms") for b in pd.get("breakdown_ms") or []}
-    lwt = next((v for k, v in means.items() if 'statement="tweet_create"' in k), None)
+    post_stmt = next((v for k, v in means.items() if 'statement="tweet_create_fresh"' in k), None)
     tuning = get(d, "fanout.bare_driver_tuning") or []
     tuned = ""
     if tuning:
@@ -356,12 +356,13 @@ def _analysis(doc: Mapping[str, Any]) -> list[str]:
             tuned = (f" The bare-driver sweep peaked at a window of {best['concurrency']}: a larger one bought no "
                      "throughput, only queueing.")
     home = next((v for k, v in means.items() if 'statement="home_add"' in k), None)
-    if lwt is not None and home is not None:
+    if post_stmt is not None and home is not None:
         out.append(
-            f"During the measured posts tweet-store's own statements queued behind the fan-out's: the tweet "
-            f"LWT averaged {fmt(lwt, 0)} ms and each fan-out INSERT {fmt(home, 0)} ms. The worker keeps up to "
-            "`FANLINE_FANOUT_PAGES_IN_FLIGHT` pages × tweet-store's write window of rows in flight, and every other "
-            f"statement queues behind them.{tuned}")
+            f"During the measured posts a post's batch (tweet, userline, public line, outbox) averaged "
+            f"{fmt(post_stmt, 0)} ms at Cassandra and each fan-out INSERT {fmt(home, 0)} ms: every statement "
+            "queues behind the fan-out writes in flight, which is why tweet-store shrinks its fan-out window "
+            "while it serves posts and reads (`FANLINE_HOME_WRITE_WINDOW_BUSY`) and drains backlogs with the full "
+            f"window only when no one is waiting (`FANLINE_HOME_WRITE_WINDOW`).{tuned}")
     sync = get(doc, "post_latency_ms.sync_baseline.10000.p50")
     if sync is not None:
         out.append(f"The synchronous baseline needs {fmt(sync / 1000, 1)} s (p50) to answer a post by a "
@@ -388,7 +389,8 @@ def _analysis(doc: Mapping[str, Any]) -> list[str]:
         extra = (f" In the profile, {driver_share:.0f} % of tweet-store's Python time is the driver's per-statement work "
                  "and the bridge that submits it (`_Window._submit`)." if driver_share else "")
         out.append(f"Four worker processes wrote {four:,.0f} rows/s against {one:,.0f} for one: every row is "
-                   "written by the single tweet-store process (one event loop, one driver session) on the same "
+                   "written by the single tweet-store process (one event loop, one driver session, at most "
+                   "`FANLINE_HOME_WRITE_CALLS` pages at a time) on the same "
                    f"{sc.get('cores', '?')} cores, so extra workers only queue more pages in front of it.{extra} "
                    "Scaling the fan-out means scaling tweet-store replicas (and cores) along with the workers.")
     return out

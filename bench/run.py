@@ -713,7 +713,8 @@ class Bench:
             "tweet-store": (("fanline_http_request_duration_seconds", ('route="/internal/tweets"',
                                                                         'route="/internal/home/add"')),
                             ("fanline_cassandra_statement_duration_seconds",
-                             ('statement="tweet_create"', 'statement="tweet_rows"', 'statement="tweet_count"',
+                             ('statement="tweet_create"', 'statement="tweet_create_fresh"', 'statement="tweet_rows"',
+                              'statement="tweet_count"',
                               'statement="outbox_minute', 'statement="home_add"'))),
             "social-graph": (("fanline_http_request_duration_seconds", ('route="/internal/sessions/current"',)),
                              ("fanline_cassandra_statement_duration_seconds", ('statement="sessions_get"',))),
@@ -1031,6 +1032,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,"
                                        "post_latency,delivery_lag,read_path,profile)")
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
+    parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="experiment: extra environment for every service (e.g. FANLINE_FANOUT_PAGES_IN_FLIGHT=1)")
@@ -1044,6 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.lag_rate:
         plan = replace(plan, lag_rate=args.lag_rate)
+    if args.read_rate:
+        plan = replace(plan, read_rate=args.read_rate)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
     plots_dir = md.parent / ("plots" if args.quick else "benchmarks")

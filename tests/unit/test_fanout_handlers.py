@@ -100,6 +100,25 @@ async def test_pages_through_all_followers_beyond_twissandras_5000() -> None:
     assert 1 < tweets.max_in_flight <= 3
 
 
+async def test_the_author_row_travels_with_the_first_page() -> None:
+    """One tweet-store call for an author whose followers fit in one page,
+    and the author's row is written even with no followers at all."""
+    for followers in (0, 40):
+        handlers, _, tweets = make(followers, page_size=1000)
+        calls: list[list[str]] = []
+        add = tweets.home_add
+
+        async def counting(tweet_id: str, author: str, owners: list[str], add=add, calls=calls) -> None:  # type: ignore[no-untyped-def]
+            calls.append(owners)
+            await add(tweet_id, author, owners)
+
+        tweets.home_add = counting  # type: ignore[method-assign]
+        tweet_id = new_timeuuid()
+        tweets.tweets.add(str(tweet_id))
+        await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
+        assert len(calls) == 1 and calls[0][0] == "star" and len(calls[0]) == followers + 1
+
+
 async def test_redelivery_is_idempotent() -> None:
     handlers, _, tweets = make(50, page_size=7)
     tweet_id = new_timeuuid()
