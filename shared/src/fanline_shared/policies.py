@@ -102,5 +102,5 @@ class FanoutYield:
     """
 
     idle_window: int = DEFAULT_FANOUT_CONCURRENCY
-    busy_window: int = 16
+    busy_window: int = 4
     quiet_s: float = 0.5
