@@ -46,6 +46,8 @@ PEER_REQUEST = RetryPolicy("peer_request", attempts=3, base_delay_s=0.05, max_de
 FANOUT_TRANSIENT = RetryPolicy("fanout_transient", attempts=None, base_delay_s=0.1, max_delay_s=10.0)
 # Connecting to an engine at start-up.
 STARTUP_CONNECT = RetryPolicy("startup_connect", attempts=60, base_delay_s=0.25, max_delay_s=2.0)
+# Opening a SQLite file another process is switching to WAL (about 5 s in all).
+SQLITE_WAL_SWITCH = RetryPolicy("sqlite_wal_switch", attempts=100, base_delay_s=0.02, max_delay_s=0.05)
 # The outbox relay between sweeps when the broker is down.
 RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 

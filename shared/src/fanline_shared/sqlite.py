@@ -40,6 +40,7 @@ from . import metrics
 from .config import StorageSettings
 from .domain import OutboxEvent, min_timeuuid, timeuuid_sort_key
 from .errors import Unavailable
+from .policies import SQLITE_WAL_SWITCH, retry
 
 T = TypeVar("T")
 
@@ -99,32 +100,28 @@ class SqliteDatabase:
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"sqlite-{self.path.stem}")
         try:
-            await self._call(self._open, "open")
+            await self._call(self._connect, "open")
+            # Switching to WAL needs an exclusive lock and does not wait on the
+            # busy handler: retried while another process opens the same file.
+            await retry(SQLITE_WAL_SWITCH, lambda: self._call(self._enable_wal, "open"))
         except BaseException:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+            executor, self._executor = self._executor, None
+            executor.submit(self._close_connection)  # in its thread, after anything in flight
+            executor.shutdown(wait=False)
             raise
 
-    def _open(self) -> None:
+    def _connect(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; ``run`` issues BEGIN.
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # Switching to WAL needs an exclusive lock and does not wait on the busy
-        # handler: retry while another process opens the same file.
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                break
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
-                    conn.close()
-                    raise
-                time.sleep(0.02)
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
         self._conn = conn
+
+    def _enable_wal(self) -> None:
+        assert self._conn is not None
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
 
     async def close(self) -> None:
         """Close the connection and stop the thread; safe to call twice."""
