@@ -340,30 +340,27 @@ class _Window:
             count = min(max(1, self.limit()), len(self.params))
             self.in_flight += count
         for _ in range(count):
-            self._submit(reserved=True)
+            self._submit()
 
-    def _claim(self, reserved: bool) -> int | None:
-        """The next index to execute, counted in flight (``reserved``: the
-        slot was already counted by ``_done``; released if nothing is left)."""
+    def _claim(self) -> int | None:
+        """The next index to execute in a slot already counted in flight (by
+        ``start`` or ``_done``); None, releasing the slot, if nothing is left."""
         with self.lock:
             if self.error is not None or self.next >= len(self.params) or self.fut.done():
-                if reserved:
-                    self.in_flight -= 1
+                self.in_flight -= 1
                 return None
             index = self.next
             self.next += 1
-            if not reserved:
-                self.in_flight += 1
             return index
 
-    def _submit(self, reserved: bool = False) -> None:
+    def _submit(self) -> None:
         depth = getattr(self.local, "depth", 0)
         if depth > self._MAX_DEPTH:
             # Completed synchronously many times in a row: continue on the
             # driver's executor to unwind the stack.
-            self.session.submit(self._submit, reserved)
+            self.session.submit(self._submit)
             return
-        index = self._claim(reserved)
+        index = self._claim()
         if index is None:
             self._maybe_finish()
             return
@@ -395,7 +392,7 @@ class _Window:
             # Reserve the slots now: completions on other threads see them.
             self.in_flight += max(0, room)
         for _ in range(room):
-            self._submit(reserved=True)
+            self._submit()
 
     def _failed(self, exc: BaseException, started: float) -> None:
         self.latency.observe(time.perf_counter() - started)

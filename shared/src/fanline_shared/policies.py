@@ -88,6 +88,9 @@ DEFAULT_FANOUT_CONCURRENCY = 128
 # bounds the writes it keeps queued at Cassandra, and so how long a post's or a
 # read's statements wait behind fan-out on a busy node (Little's law).
 DEFAULT_HOME_WRITE_CALLS = 2
+# While user-facing requests are served (see FanoutYield).
+DEFAULT_HOME_WRITE_WINDOW_BUSY = 4
+DEFAULT_FANOUT_YIELD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -104,5 +107,5 @@ class FanoutYield:
     """
 
     idle_window: int = DEFAULT_FANOUT_CONCURRENCY
-    busy_window: int = 4
-    quiet_s: float = 0.5
+    busy_window: int = DEFAULT_HOME_WRITE_WINDOW_BUSY
+    quiet_s: float = DEFAULT_FANOUT_YIELD_S

@@ -35,8 +35,9 @@ class Settings:
             # within the last FANLINE_FANOUT_YIELD_S (policies.FanoutYield).
             home_writes=policies.FanoutYield(
                 idle_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_FANOUT_CONCURRENCY, minimum=1),
-                busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", 4, minimum=1),
-                quiet_s=env.number("FANLINE_FANOUT_YIELD_S", 0.5),
+                busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", policies.DEFAULT_HOME_WRITE_WINDOW_BUSY,
+                                        minimum=1),
+                quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),
             ),
             # Fan-out pages written at once per process, whatever the number of
             # workers calling it: pages x window bounds the queue at Cassandra.

@@ -178,27 +178,14 @@ class CassandraTweets(Repository):
     async def create(self, tweet: Tweet, event: OutboxEvent, *, fresh: bool = False) -> bool:
         if fresh:
             return await self._create_fresh(tweet, event)
-        author = canonical(tweet.username)
-        day, minute = public_bucket(tweet.id)
         (applied, _row), _ = await asyncio.gather(
             execute_lwt(self._session, self._insert, (tweet.id, tweet.username, tweet.body), name="tweet_create"),
             self._outbox.ensure_index(event),
         )
-        statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
-            (self._userline_add, (author, tweet.id)),
-            (self._public_add, (minute, tweet.id)),
-            self._outbox.row_write(event),
-        ]
-        # The minute and day index rows are only ever added, so this process
-        # writes each once (they would otherwise be two hot partitions
-        # rewritten by every tweet).
-        if minute not in self._indexed_minutes:
-            statements.append((self._minute_add, (day, minute)))
-        if day not in self._indexed_days:
-            statements.append((self._day_add, (day,)))
+        statements, (day, minute) = self._line_rows(tweet, event)
         writes = [execute(self._session, batch(statements, logged=True), name="tweet_rows")]
         if applied:
-            writes.append(execute(self._session, self._count, (1, author), name="tweet_count"))
+            writes.append(execute(self._session, self._count, (1, canonical(tweet.username)), name="tweet_count"))
         await asyncio.gather(*writes)
         self._remember_index(day, minute)
         return applied
@@ -210,29 +197,38 @@ class CassandraTweets(Repository):
         which queue behind fan-out writes on a busy node) and then a batch.
         The logged batch keeps the rule that no part of a tweet is visible
         unless its event is in the outbox too."""
-        author = canonical(tweet.username)
-        day, minute = public_bucket(tweet.id)
-        statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
-            (self._insert_plain, (tweet.id, tweet.username, tweet.body)),
-            (self._userline_add, (author, tweet.id)),
-            (self._public_add, (minute, tweet.id)),
-            self._outbox.row_write(event),
-        ]
+        statements, (day, minute) = self._line_rows(tweet, event)
+        statements.insert(0, (self._insert_plain, (tweet.id, tweet.username, tweet.body)))
         index = self._outbox.index_write(event)
         if index is not None:
             statements.append(index)
-        if minute not in self._indexed_minutes:
-            statements.append((self._minute_add, (day, minute)))
-        if day not in self._indexed_days:
-            statements.append((self._day_add, (day,)))
         await asyncio.gather(
             execute(self._session, batch(statements, logged=True), name="tweet_create_fresh"),
-            execute(self._session, self._count, (1, author), name="tweet_count"),
+            execute(self._session, self._count, (1, canonical(tweet.username)), name="tweet_count"),
         )
         if index is not None:
             self._outbox.remember_index(event)
         self._remember_index(day, minute)
         return True
+
+    def _line_rows(self, tweet: Tweet, event: OutboxEvent
+                   ) -> tuple[list[tuple[PreparedStatement, Sequence[Any]]], tuple[int, int]]:
+        """The writes that place a tweet on its userline and the public line,
+        with its outbox row; and the tweet's ``(day, minute)`` bucket."""
+        day, minute = public_bucket(tweet.id)
+        statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
+            (self._userline_add, (canonical(tweet.username), tweet.id)),
+            (self._public_add, (minute, tweet.id)),
+            self._outbox.row_write(event),
+        ]
+        # The minute and day index rows are only ever added, so this process
+        # writes each once (they would otherwise be two hot partitions
+        # rewritten by every tweet).
+        if minute not in self._indexed_minutes:
+            statements.append((self._minute_add, (day, minute)))
+        if day not in self._indexed_days:
+            statements.append((self._day_add, (day,)))
+        return statements, (day, minute)
 
     def _remember_index(self, day: int, minute: int) -> None:
         if len(self._indexed_minutes) > 10_000:
