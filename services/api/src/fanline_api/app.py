@@ -157,6 +157,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             if topics_task is not None:
                 topics_task.cancel()
+            await app.state.gateway.drain(settings.kafka.request_timeout_s)
             await relay.stop()
             await publisher.close()
             await social.close()

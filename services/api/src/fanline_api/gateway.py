@@ -14,6 +14,7 @@ from typing import Any
 from fanline_shared import metrics
 from fanline_shared.domain import (
     MAX_USERNAMES_PER_LOOKUP,
+    OutboxEvent,
     canonical,
     is_valid_username,
     parse_tweet_id,
@@ -51,14 +52,32 @@ class Gateway:
         self.publisher = publisher
         self.relay = relay
         self.cursors = cursors
+        self._publishing: set[asyncio.Task[None]] = set()
 
     # --- events -----------------------------------------------------------------
 
-    async def _publish(self, source: str, event_json: dict[str, Any]) -> None:
-        """Fast path: publish now; on failure the relay publishes from the outbox."""
+    def _publish(self, source: str, event_json: dict[str, Any]) -> None:
+        """Fast path, off the request's clock: hand the event to the producer
+        now and answer without waiting for the broker.
+
+        The owning service stored the change and this event in one write
+        before answering us, so nothing acknowledged depends on this send: if
+        it fails, or this process dies first, the relay publishes the event
+        from the outbox a few seconds later. Tasks start in creation order, so
+        events still reach the producer in the order their requests ran."""
         event = event_from_json(event_json)
+        task = asyncio.create_task(self._publish_now(source, event))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _publish_now(self, source: str, event: OutboxEvent) -> None:
         if await self.publisher.publish(event):
             self.relay.published(source, event.id)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the fast-path sends still in flight."""
+        if self._publishing:
+            await asyncio.wait(set(self._publishing), timeout=timeout_s)
 
     # --- users and sessions --------------------------------------------------------
 
@@ -132,7 +151,7 @@ class Gateway:
             raise _user_not_found(target)
         call = self.social.follow if follow else self.social.unfollow
         result = await call(actor, target)
-        await self._publish("social-graph", result["event"])
+        self._publish("social-graph", result["event"])
 
     # --- tweets ----------------------------------------------------------------------
 
@@ -140,7 +159,7 @@ class Gateway:
         text = validate_body(body.get("body"))
         key = validate_idempotency_key(idempotency_key)
         result = await self.tweets.create_tweet(actor, text, key)
-        await self._publish("tweet-store", result["event"])
+        self._publish("tweet-store", result["event"])
         if result["created"]:
             metrics.TWEETS_POSTED.inc()
         return result["tweet"], bool(result["created"])
@@ -154,7 +173,7 @@ class Gateway:
         if parse_tweet_id(tweet_id) is None:
             raise NotFound(f"no tweet {tweet_id[:64]}", code="tweet_not_found")
         result = await self.tweets.delete_tweet(tweet_id, actor)
-        await self._publish("tweet-store", result["event"])
+        self._publish("tweet-store", result["event"])
         metrics.TWEETS_DELETED.inc()
 
     # --- timelines ---------------------------------------------------------------------
