@@ -90,11 +90,14 @@ class RawReader:
         self._session_get = cql.prepare(session, f"SELECT username, expires_at FROM {social_keyspace}.sessions "
                                                  "WHERE token_hash = ?")
 
-    async def page(self, owner: str, limit: int = 20, token_hash: str | None = None) -> int:
+    async def page(self, owner: str, limit: int = 20, token_hash: str | None = None, *, hydrate: bool = True) -> int:
+        """Tweets found for one page (ids only, without ``hydrate``)."""
         if token_hash is not None:
             await cql.execute(self._session, self._session_get, (token_hash,), name="bench_raw_session")
         rows = await cql.execute(self._session, self._slice, (owner, limit + 1), name="bench_raw_slice")
         ids = [r.tweet_id for r in rows][:limit]
+        if not hydrate:
+            return len(ids)
         found = await cql.execute_concurrent(self._session, self._get, [(i,) for i in ids],
                                              name="bench_raw_get_many", concurrency=64)
         return sum(1 for r in found if r)

@@ -259,9 +259,17 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     if extra:
         rows.append(["raw CQL incl. the session lookup the gateway also does", fmt(extra.get("p50"), 2),
                      fmt(extra.get("p99"), 2), fmt(extra.get("n"))])
+    floor = rdd.get("raw_slice_with_session") or {}
+    if floor:
+        rows.append(["raw CQL of a fully cached page: session lookup + slice only", fmt(floor.get("p50"), 2),
+                     fmt(floor.get("p99"), 2), fmt(floor.get("n"))])
     add(_table(["path", "p50 (ms)", "p99 (ms)", "requests"], rows))
     add("")
-    add(f"Both at a fixed open-loop rate of **{fmt(rd.get('rate_per_s'), 0)} requests/s**.")
+    add(f"All at a fixed open-loop rate of **{fmt(rd.get('rate_per_s'), 0)} requests/s**.")
+    cache = rdd.get("tweet_cache") or {}
+    if cache.get("hit_ratio") is not None:
+        add(f"tweet-store's hydration cache answered {fmt(100 * cache['hit_ratio'], 1)} % of the API side's tweet "
+            f"lookups ({fmt(cache.get('hits'))} hits, {fmt(cache.get('misses'))} misses).")
     if rdd.get("method"):
         add(str(rdd["method"]))
     add("")

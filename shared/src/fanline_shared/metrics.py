@@ -115,6 +115,9 @@ KAFKA_PRODUCE_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
+TWEET_CACHE_LOOKUPS = Counter(
+    "fanline_tweet_cache_lookups_total", "Tweets looked up in tweet-store's hydration cache, by result", ["result"]
+)
 OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],
     multiprocess_mode="livemax",

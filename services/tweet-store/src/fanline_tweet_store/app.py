@@ -7,6 +7,7 @@ rows). Storage is created in the lifespan, never at import time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,6 +25,7 @@ from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, re
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
+from .cache import CachedTweets
 from .config import Settings
 from .priority import ForegroundActivity
 from .service import TweetStore, tweet_json
@@ -69,11 +71,15 @@ def _owners(body: dict[str, Any]) -> list[str]:
 
 
 def open_storage(settings: Settings, activity: ForegroundActivity | None = None) -> TweetStoreStorage:
-    """The storage these settings describe (not yet started). With
-    ``activity``, fan-out writes yield to the user-facing requests it tracks."""
+    """The storage these settings describe (not yet started), its tweets
+    behind the hydration cache unless that is turned off. With ``activity``,
+    fan-out writes yield to the user-facing requests it tracks."""
     window = activity.window if activity is not None else settings.home_writes.idle_window
-    return build_storage(settings.storage, home_retention_s=settings.home_retention_s,
-                         home_write_window=window, home_write_calls=settings.home_write_calls)
+    storage = build_storage(settings.storage, home_retention_s=settings.home_retention_s,
+                            home_write_window=window, home_write_calls=settings.home_write_calls)
+    if settings.tweet_cache.enabled:
+        storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
+    return storage
 
 
 def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> Starlette:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from fanline_shared import policies
 from fanline_shared.config import Env, HttpSettings, StorageSettings
 
+from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -18,6 +20,7 @@ class Settings:
     follow_merge_count: int
     home_writes: policies.FanoutYield
     home_write_calls: int
+    tweet_cache: TweetCachePolicy
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -42,4 +45,9 @@ class Settings:
             # Fan-out pages written at once per process, whatever the number of
             # workers calling it: pages x window bounds the queue at Cassandra.
             home_write_calls=env.integer("FANLINE_HOME_WRITE_CALLS", policies.DEFAULT_HOME_WRITE_CALLS, minimum=1),
+            # Tweets kept in memory for timeline pages (cache.py); size 0 = off.
+            tweet_cache=TweetCachePolicy(
+                size=env.integer("FANLINE_TWEET_CACHE_SIZE", DEFAULT_SIZE, minimum=0),
+                ttl_s=env.number("FANLINE_TWEET_CACHE_TTL_S", DEFAULT_TTL_S),
+            ),
         )
