@@ -34,16 +34,6 @@ class BenchSystem(System):
 
     worker_ports: dict[str, int] = field(default_factory=dict)
     env_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
-    tweet_store_window: int | None = None  # experiment hook: see bench/patched_tweet_store.py
-
-    def start_service(self, name: str) -> None:
-        if name == "tweet-store" and self.tweet_store_window:
-            self.env_overrides[name] = {"BENCH_HOME_WINDOW": str(self.tweet_store_window),
-                                        "PYTHONPATH": str(REPO)}
-            self._spawn(name, [self.python, "-m", "bench.patched_tweet_store"])
-            return
-        super().start_service(name)
-
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = self._log(name)
         env = {**self.env(), **self.env_overrides.get(name, {})}

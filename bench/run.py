@@ -268,14 +268,11 @@ class Bench:
         }
         experiment = dict(item.split("=", 1) for item in self.args.env)
         env.update(experiment)
-        if experiment or self.args.tweet_store_window:
-            self.details["experiment"] = {"env": experiment, "tweet_store_window": self.args.tweet_store_window}
-            window = self.args.tweet_store_window
-            self.notes.append(f"EXPERIMENT, not the product's defaults: {experiment or ''} "
-                              f"{f'tweet-store window {window}' if window else ''}")
+        if experiment:
+            self.details["experiment"] = {"env": experiment}
+            self.notes.append(f"EXPERIMENT, not the product's defaults: {experiment}")
         self.system = BenchSystem(data_dir=self.tmp / "data", base_port=self.args.base_port, backend="cassandra",
-                                  kafka_bootstrap=self.infra.kafka_bootstrap, extra_env=env, log_dir=self.logs,
-                                  tweet_store_window=self.args.tweet_store_window)
+                                  kafka_bootstrap=self.infra.kafka_bootstrap, extra_env=env, log_dir=self.logs)
         say(f"starting social-graph, tweet-store and the gateway on ports {self.args.base_port}+ "
             f"(keyspaces {self.prefix}_*)")
         await asyncio.to_thread(self.system.start_core)
@@ -1067,9 +1064,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="experiment: extra environment for every service (e.g. FANLINE_FANOUT_PAGES_IN_FLIGHT=1)")
-    parser.add_argument("--tweet-store-window", type=int,
-                        help="experiment: tweet-store's home-timeline write window (default: the product's)")
+                        help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
     return parser.parse_args(argv)
 
 

@@ -37,7 +37,7 @@ class Settings:
             # window, and the busy one while user-facing requests were served
             # within the last FANLINE_FANOUT_YIELD_S (policies.FanoutYield).
             home_writes=policies.FanoutYield(
-                idle_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_FANOUT_CONCURRENCY, minimum=1),
+                idle_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_HOME_WRITE_WINDOW, minimum=1),
                 busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", policies.DEFAULT_HOME_WRITE_WINDOW_BUSY,
                                         minimum=1),
                 quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),

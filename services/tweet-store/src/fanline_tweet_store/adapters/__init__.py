@@ -40,7 +40,7 @@ class TweetStoreStorage:
 
 
 def build_storage(settings: StorageSettings, *, home_retention_s: int,
-                  home_write_window: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                  home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
                   home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
     """The storage for ``settings.backend``; home-timeline rows live
     ``home_retention_s`` seconds after their tweet's creation. In Cassandra,

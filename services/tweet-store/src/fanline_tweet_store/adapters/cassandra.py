@@ -357,7 +357,7 @@ def _tweet(row: Any) -> Tweet:
 
 class CassandraHomeTimeline(Repository):
     def __init__(self, keyspace: Keyspace, retention_s: int,
-                 concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                 concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
                  calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> None:
         super().__init__(keyspace)
         self._retention_s = retention_s
@@ -434,7 +434,7 @@ class CassandraHomeTimeline(Repository):
 
 
 def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
-                            home_write_window: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+                            home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
                             home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
