@@ -245,6 +245,24 @@ def _post(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], result: Any
         pass
 
 
+def _release(response: ResponseFuture) -> None:
+    """Drop a finished request's reference to its (already cancelled) timeout
+    timer.
+
+    The driver's timer calls back a bound method of the request, so every
+    request is a reference cycle (request → timer → request) that only
+    Python's cyclic GC frees — with its statement, message, event and query
+    plan, ~26 objects per statement. Under fan-out that is 100k objects a
+    second, and the collections that freed them stalled tweet-store's event
+    loop for 10-60 ms at a time (measured with GC callbacks during the bench's
+    post-latency phase). Callbacks run after the driver cancelled the timer
+    (cassandra-driver 3.30: ``_set_final_result`` / ``_set_final_exception``);
+    tests/contract/test_cassandra_bridge.py fails if a driver change makes
+    requests cyclic garbage again.
+    """
+    response._timer = None
+
+
 class _Single:
     """One execution: gathers every page on the driver thread, then posts once."""
 
@@ -266,10 +284,17 @@ class _Single:
         if response.has_more_pages and not self.fut.done():
             response.start_fetching_next_page()  # asynchronous: on_page runs again
             return
+        self.response = None  # see on_error
+        _release(response)
         metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
         _post(self.loop, self.fut, self.rows, None)
 
     def on_error(self, exc: BaseException) -> None:
+        # The response holds our callbacks and we hold the response: a cycle
+        # only the cyclic GC would free, once per statement. Broken here.
+        if self.response is not None:
+            _release(self.response)
+        self.response = None
         metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
         _post(self.loop, self.fut, None, _translate(exc, self.name))
 
@@ -327,6 +352,7 @@ class _Window:
         self.loop = loop
         self.fut = fut
         self.results: list[list[Row]] = [[] for _ in params]
+        self.responses: dict[int, ResponseFuture] = {}  # in flight, by index
         self.lock = threading.Lock()
         self.next = 0
         self.in_flight = 0
@@ -370,19 +396,25 @@ class _Window:
             try:
                 response = self.session.execute_async(self.statement, self.params[index])
             except Exception as exc:  # noqa: BLE001 - binding errors, shut down: must finish the window
-                self._failed(exc, started)
+                self._failed(exc, None, started)
                 return
-            response.add_callbacks(self._done, self._failed, callback_args=(index, started, response),
-                                   errback_args=(started,))
+            # Kept by index, not passed as a callback argument: the response
+            # holds its callbacks' arguments, so that would be a cycle (response
+            # → args → response) for the cyclic GC to free, once per row.
+            self.responses[index] = response
+            response.add_callbacks(self._done, self._failed, callback_args=(index, started),
+                                   errback_args=(index, started))
         finally:
             self.local.depth = depth
 
-    def _done(self, rows: list[Row] | None, index: int, started: float, response: ResponseFuture) -> None:
+    def _done(self, rows: list[Row] | None, index: int, started: float) -> None:
         if rows:
             self.results[index].extend(rows)
+        response = self.responses[index]
         if response.has_more_pages and not self.fut.done():
             response.start_fetching_next_page()
             return
+        _release(self.responses.pop(index))
         self.latency.observe(time.perf_counter() - started)
         with self.lock:
             self.in_flight -= 1
@@ -394,7 +426,10 @@ class _Window:
         for _ in range(room):
             self._submit()
 
-    def _failed(self, exc: BaseException, started: float) -> None:
+    def _failed(self, exc: BaseException, index: int | None, started: float) -> None:
+        response = self.responses.pop(index, None) if index is not None else None
+        if response is not None:
+            _release(response)
         self.latency.observe(time.perf_counter() - started)
         translated = _translate(exc, self.name)
         with self.lock:
