@@ -47,7 +47,7 @@ class FakeTweets:
         self.merged: list[tuple[str, str]] = []
         self.purged: list[tuple[str, str]] = []
 
-    async def get_tweet(self, tweet_id: str) -> dict[str, Any]:
+    async def check_tweet(self, tweet_id: str) -> dict[str, Any]:
         if tweet_id not in self.tweets:
             raise NotFound("gone", code="tweet_not_found")
         return {"id": tweet_id}

@@ -35,6 +35,11 @@ def event_from_json(data: dict[str, Any]) -> OutboxEvent:
     return OutboxEvent(id=uuid.UUID(data["id"]), key=data["key"], payload=data["payload"].encode())
 
 
+# Sent by background callers (the fan-out worker) on requests that a service
+# would otherwise treat as user-facing; see tweet-store's priority.py.
+PRIORITY_HEADER = "x-fanline-priority"
+
+
 class PeerClient:
     """One peer service reached over HTTP (keep-alive pooled)."""
 
@@ -194,6 +199,15 @@ class TweetStoreClient(PeerClient):
 
     async def get_tweet(self, tweet_id: str) -> dict[str, Any]:
         return await self.call("GET", f"/internal/tweets/{tweet_id}", operation="get_tweet")
+
+    async def check_tweet(self, tweet_id: str) -> dict[str, Any]:
+        """``get_tweet`` for the fan-out worker: the same route and answer,
+        marked as background work so that it does not count as a user-facing
+        request (the fan-out would yield to itself at every event, see
+        tweet-store's priority.py). A tweet-store that predates the mark
+        ignores it: a rolling upgrade only loses speed, never answers."""
+        return await self.call("GET", f"/internal/tweets/{tweet_id}", operation="check_tweet",
+                               headers={PRIORITY_HEADER: "background"})
 
     async def delete_tweet(self, tweet_id: str, actor: str) -> dict[str, Any]:
         return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet",

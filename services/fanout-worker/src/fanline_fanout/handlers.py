@@ -54,7 +54,7 @@ class FanoutHandlers:
         # during which the fan-out would write nothing.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers", self._page_size, None))
         try:
-            await self._tweets.get_tweet(tweet_id)
+            await self._tweets.check_tweet(tweet_id)
         except BaseException as exc:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)

@@ -187,4 +187,5 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.state.activity = activity  # read by tests: which routes count as user-facing
     return app
