@@ -147,5 +147,7 @@ async def test_finished_requests_are_not_cyclic_garbage(session: Session) -> Non
         unreachable = gc.collect()
     finally:
         gc.enable()
-    # 500 statements; before the fix, ~26 cyclic objects each (13,000).
-    assert unreachable < 50, f"{unreachable} objects of cyclic garbage after 500 statements"
+    # 500 statements; before the fix, ~26 cyclic objects each (13,000). A few
+    # hundred may come from elsewhere (the driver refreshing schema metadata
+    # after another test's DDL), never one per statement.
+    assert unreachable < 500, f"{unreachable} objects of cyclic garbage after 500 statements"
