@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
+from fanline_shared.config import ConfigError, Env, HttpSettings, KafkaSettings, PeerSettings
+
+
+def _positive(name: str, value: float) -> float:
+    # faust's take() reads 0 as "no timeout": a partial batch would wait forever.
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -17,6 +24,8 @@ class Settings:
     group_id: str
     follower_page_size: int
     pages_in_flight: int
+    batch_size: int
+    batch_wait_s: float
     max_unexpected_attempts: int
     commit_interval_s: float
     session_timeout_s: float
@@ -36,6 +45,12 @@ class Settings:
             follower_page_size=env.integer("FANLINE_FANOUT_PAGE_SIZE", 1000, minimum=1),
             # Pages being written while the next page is fetched.
             pages_in_flight=env.integer("FANLINE_FANOUT_PAGES_IN_FLIGHT", 4, minimum=1),
+            # Events taken at once and processed concurrently (one lane per
+            # author, each in order); the batch is acknowledged when all are
+            # done. A batch starts once this many events are waiting or after
+            # FANLINE_FANOUT_BATCH_WAIT_S.
+            batch_size=env.integer("FANLINE_FANOUT_BATCH", 16, minimum=1),
+            batch_wait_s=_positive("FANLINE_FANOUT_BATCH_WAIT_S", env.number("FANLINE_FANOUT_BATCH_WAIT_S", 0.05)),
             # An event failing with an unexpected (non-transient) error this many
             # times goes to the dead-letter topic.
             max_unexpected_attempts=env.integer("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
