@@ -98,7 +98,7 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
              lag_duration_s=16, read_rate=20, read_block_s=3, read_blocks=2, readers=10, profile_s=10,
              drain_timeout_s=600)
-FULL = Plan(mode="full", posts_per_group=100, sync_posts=(100, 100, 100, 25), post_gap_s=0.05,
+FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,
             lag_rate=0.5, lag_duration_s=120, read_rate=40, read_block_s=10, read_blocks=3, readers=20,
@@ -553,7 +553,10 @@ class Bench:
         assert self.system is not None
         p = self.plan
         runs: dict[str, Any] = {}
-        for count in (1, 2, 4):
+        # One worker is measured first and again last, as the bare-driver
+        # ceiling is measured before and after: each side is the better of two
+        # measurements around the same stretch of time on this noisy machine.
+        for label, count in (("1", 1), ("2", 2), ("4", 4), ("1 again", 1)):
             say(f"scaling: {count} worker(s): stopping workers, posting a backlog of {p.backlog_tweets} tweets "
                 f"× {p.backlog_followers:,} followers")
             await asyncio.to_thread(self.system.stop_workers)
@@ -572,13 +575,14 @@ class Bench:
             first = next((t for t, v in series if v > 0), None)
             done = series[-1][0]
             rate = 0.8 * expected / (t90 - t10) if t10 is not None and t90 is not None and t90 > t10 else None
-            runs[str(count)] = {
+            runs[label] = {
                 "rows": int(series[-1][1]), "expected_rows": expected, "rows_per_s_10_90": rate and round(rate, 1),
                 "drain_s": round(done - (first or started), 2), "start_to_first_row_s": round((first or started) - started, 2),
                 "verified_sample": verified,
             }
             if rate is not None:
-                self.doc["scaling_rows_per_s"][str(count)] = round(rate, 1)
+                best = max(rate, self.doc["scaling_rows_per_s"].get(str(count)) or 0.0)
+                self.doc["scaling_rows_per_s"][str(count)] = round(best, 1)
             say(f"  {count} worker(s): {rate or 0:,.0f} rows/s (10-90 % window), drained in {done - (first or started):.1f}s")
             if not verified:
                 self.notes.append(f"scaling with {count} worker(s): a sampled tweet was not in every follower's "
@@ -601,7 +605,9 @@ class Bench:
             "same shape, written by the harness process with tweet-store's prepared `INSERT … USING TTL ?` and the "
             "best (path, in-flight window) found by the tuning sweep below, into an identical table in the "
             "baseline's keyspace — once before and once after the worker runs; the ceiling is the better of the "
-            "two (the harder bar for the worker).")
+            "two (the harder bar for the worker). Likewise one worker drains the backlog first and again last (after "
+            "the 2- and 4-worker runs), and its figure is the better of those two runs; both runs are in the "
+            "scaling table.")
         await asyncio.to_thread(self.system.stop_workers)
         say("scaling done; back to one worker")
         await asyncio.to_thread(self.system.start_workers, 1)
