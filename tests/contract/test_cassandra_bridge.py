@@ -95,6 +95,18 @@ async def test_closed_session_is_unavailable(real_infra: Any, tmp_path: Path) ->
         await fc.execute(s, "SELECT release_version FROM system.local", name="t")
 
 
+@pytest.mark.parametrize("version", [4, 5])
+async def test_connects_with_the_configured_protocol(real_infra: Any, tmp_path: Path, version: int) -> None:
+    settings = storage_settings("cassandra", data_dir=tmp_path, prefix="x", cassandra=real_infra)
+    s = await fc.open_session(type(settings)(**{**settings.__dict__, "protocol_version": version}))
+    try:
+        assert s.cluster.protocol_version == version
+        rows = await fc.execute(s, "SELECT release_version FROM system.local", name="t")
+        assert rows[0].release_version
+    finally:
+        await fc.close_session(s)
+
+
 async def test_cancelled_fan_out_stops(session: Session) -> None:
     insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     task = asyncio.create_task(

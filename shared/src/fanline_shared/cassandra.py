@@ -110,11 +110,14 @@ def connect(settings: StorageSettings) -> Session:
     One execution profile: token-aware routing over DC-aware round robin in the
     local DC, LOCAL_QUORUM reads (writes override it per statement via
     ``prepare``), LOCAL_SERIAL for lightweight transactions, the configured
-    request timeout. Native protocol v5 (Cassandra 4.0+), falling back to v4
-    for older clusters — set explicitly, because letting the driver negotiate
+    request timeout. Native protocol ``settings.protocol_version`` (v4 unless
+    configured, see ``StorageSettings``; v5 falls back to v4 for clusters
+    older than 4.0) — set explicitly, because letting the driver negotiate
     starts at its DSE versions and logs a downgrade warning per connection.
     Raise ``Unavailable`` if no contact point answers.
     """
+    if settings.protocol_version < ProtocolVersion.V5:
+        return _connect(settings, ProtocolVersion.V4)
     try:
         return _connect(settings, ProtocolVersion.V5)
     except _ProtocolTooNew:
