@@ -84,20 +84,29 @@ CONSISTENCY_SERIAL = "LOCAL_SERIAL"
 # Home-timeline writes per in-flight window of the worker (bounded concurrency).
 DEFAULT_FANOUT_CONCURRENCY = 128
 # Fan-out pages one tweet-store process writes at once, whatever the number of
-# workers calling it; further pages wait their turn. With the window above this
+# workers calling it; further pages wait their turn. With the window below this
 # bounds the writes it keeps queued at Cassandra, and so how long a post's or a
 # read's statements wait behind fan-out on a busy node (Little's law).
-DEFAULT_HOME_WRITE_CALLS = 2
+# One page at a time: in bench runs of the post phase (posts while the worker
+# drains a 10,000-follower backlog, 300 posts per column) two pages at a time
+# gave post p99s of 40-66 ms and a gateway mean of 10.5-14 ms; one page, 31-41
+# ms (one column 67) and 8.9-9.5 ms. The price: an author with few followers
+# is one small page, and small pages of different authors are now written one
+# after another (a round trip each) — raise this for many small authors.
+DEFAULT_HOME_WRITE_CALLS = 1
 # tweet-store's fan-out writes in flight per page when no one is waiting (see
 # FanoutYield). Small on purpose: one node takes its full write rate with a
 # few dozen writes in flight, and every write beyond that is queue a post's or
 # a read's statements wait behind when they arrive. Measured with the bench
 # (post-latency and scaling phases, same node): 128 → 16 took a post's p50/p99
 # under fan-out from 18/68-124 ms to 12/54-71 ms, each fan-out INSERT from
-# 21 ms to 3 ms at Cassandra, with as many fan-out rows written.
-DEFAULT_HOME_WRITE_WINDOW = 16
-# While user-facing requests are served (see FanoutYield).
-DEFAULT_HOME_WRITE_WINDOW_BUSY = 4
+# 21 ms to 3 ms at Cassandra, with as many fan-out rows written. 32 with one
+# page at a time keeps the 32 in flight that two pages of 16 had (the bare
+# driver's best window in the bench's sweep).
+DEFAULT_HOME_WRITE_WINDOW = 32
+# While user-facing requests are served (see FanoutYield): two writes in
+# flight, against eight before (two pages of four).
+DEFAULT_HOME_WRITE_WINDOW_BUSY = 2
 DEFAULT_FANOUT_YIELD_S = 0.5
 
 
