@@ -132,6 +132,7 @@ def test_the_workers_tweet_check_does_not_make_the_fanout_yield(tmp_path: Any) -
 
     from starlette.testclient import TestClient
 
+    from fanline_shared.peers import BACKGROUND, PRIORITY_HEADER
     from fanline_tweet_store.app import create_app
     from fanline_tweet_store.config import Settings
 
@@ -142,7 +143,7 @@ def test_the_workers_tweet_check_does_not_make_the_fanout_yield(tmp_path: Any) -
         tweet_id = created.json()["tweet"]["id"]
         time.sleep(0.1)
         assert not app.state.activity.busy()
-        background = {"x-fanline-priority": "background"}
+        background = {PRIORITY_HEADER: BACKGROUND}
         assert client.get(f"/internal/tweets/{tweet_id}", headers=background).json()["id"] == tweet_id
         assert not app.state.activity.busy()  # background
         assert client.get(f"/internal/tweets/{tweet_id}").status_code == 200

@@ -41,14 +41,17 @@ class Env:
             raise ConfigError(f"{name} must be >= {minimum}, got {value}")
         return value
 
-    def number(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float, *, positive: bool = False) -> float:
         raw = self._env.get(name, "").strip()
         if not raw:
             return default
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        if positive and value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
+        return value
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self._env.get(name, "").strip().lower()

@@ -38,6 +38,7 @@ def event_from_json(data: dict[str, Any]) -> OutboxEvent:
 # Sent by background callers (the fan-out worker) on requests that a service
 # would otherwise treat as user-facing; see tweet-store's priority.py.
 PRIORITY_HEADER = "x-fanline-priority"
+BACKGROUND = "background"  # the header's value for background work
 
 
 class PeerClient:
@@ -207,7 +208,7 @@ class TweetStoreClient(PeerClient):
         tweet-store's priority.py). A tweet-store that predates the mark
         ignores it: a rolling upgrade only loses speed, never answers."""
         return await self.call("GET", f"/internal/tweets/{tweet_id}", operation="check_tweet",
-                               headers={PRIORITY_HEADER: "background"})
+                               headers={PRIORITY_HEADER: BACKGROUND})
 
     async def delete_tweet(self, tweet_id: str, actor: str) -> dict[str, Any]:
         return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet",

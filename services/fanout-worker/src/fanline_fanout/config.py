@@ -6,14 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fanline_shared.config import ConfigError, Env, HttpSettings, KafkaSettings, PeerSettings
-
-
-def _positive(name: str, value: float) -> float:
-    # faust's take() reads 0 as "no timeout": a partial batch would wait forever.
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {value}")
-    return value
+from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
 
 
 @dataclass(frozen=True)
@@ -48,9 +41,10 @@ class Settings:
             # Events taken at once and processed concurrently (one lane per
             # author, each in order); the batch is acknowledged when all are
             # done. A batch starts once this many events are waiting or after
-            # FANLINE_FANOUT_BATCH_WAIT_S.
+            # FANLINE_FANOUT_BATCH_WAIT_S (positive: faust's take() reads 0 as
+            # "no timeout", and a partial batch would wait forever).
             batch_size=env.integer("FANLINE_FANOUT_BATCH", 16, minimum=1),
-            batch_wait_s=_positive("FANLINE_FANOUT_BATCH_WAIT_S", env.number("FANLINE_FANOUT_BATCH_WAIT_S", 0.05)),
+            batch_wait_s=env.number("FANLINE_FANOUT_BATCH_WAIT_S", 0.05, positive=True),
             # An event failing with an unexpected (non-transient) error this many
             # times goes to the dead-letter topic.
             max_unexpected_attempts=env.integer("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
