@@ -242,7 +242,8 @@ def scrape_all(url: str, timeout: float = 3.0) -> dict[str, float]:
 
 def histogram_means(before: dict[str, float], after: dict[str, float], metric: str,
                     must_contain: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """Mean (ms) and count of each ``metric`` series between two scrapes."""
+    """Mean (ms), count, and how many took over 25 ms (a histogram bucket
+    bound: where the tail is) of each ``metric`` series between two scrapes."""
     rows = []
     for series, total in after.items():
         if not series.startswith(metric + "_sum"):
@@ -254,7 +255,11 @@ def histogram_means(before: dict[str, float], after: dict[str, float], metric: s
         if count <= 0:
             continue
         mean = (total - before.get(series, 0.0)) / count
-        rows.append({"series": f"{metric}{labels}", "count": int(count), "mean_ms": round(mean * 1000, 2)})
+        bucket = f"{metric}_bucket" + (labels[:-1] + ',le="0.025"}' if labels else '{le="0.025"}')
+        row = {"series": f"{metric}{labels}", "count": int(count), "mean_ms": round(mean * 1000, 2)}
+        if bucket in after:
+            row["over_25ms"] = int(count - (after[bucket] - before.get(bucket, 0.0)))
+        rows.append(row)
     return rows
 
 

@@ -633,6 +633,10 @@ class Bench:
         say(f"post latency: {p.posts_per_group} posts per group (ours), {p.sync_posts} (sync), interleaved")
         scraped_before = await asyncio.to_thread(self.scrape_services)
         last_say = time.monotonic()
+        # Every sample in order, for attributing the tail afterwards
+        # (test-artifacts/bench-*/post-samples.csv; not part of the results).
+        sequence: list[tuple[float, str, str, float]] = []
+        phase_t0 = time.monotonic()
         i = 0
         while any(len(ours[n]) < p.posts_per_group or len(sync[n]) < sync_targets[n] for n in GROUPS):
             order = list(GROUPS)
@@ -642,16 +646,21 @@ class Bench:
                 if len(ours[n]) < p.posts_per_group:
                     ms, _, _ = await self.post_ours(author, f"post {i}")
                     ours[n].append(ms)
+                    sequence.append((time.monotonic() - phase_t0, "ours", n, ms))
                     expected_rows += int(n) + 1
                     await asyncio.sleep(p.post_gap_s)
                 if len(sync[n]) < sync_targets[n]:
                     ms, _, _ = await self.post(f"{self.baseline_url}/tweets", author, f"sync post {i}")
                     sync[n].append(ms)
+                    sequence.append((time.monotonic() - phase_t0, "sync", n, ms))
                     await asyncio.sleep(p.post_gap_s)
                 i += 1
             if time.monotonic() - last_say >= 10:
                 last_say = time.monotonic()
                 say("  " + ", ".join(f"{n}: {len(ours[n])}/{len(sync[n])}" for n in GROUPS) + " (ours/sync samples)")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        (self.logs / "post-samples.csv").write_text(
+            "answered_s,system,followers,ms\n" + "".join(f"{t:.3f},{s},{n},{ms:.2f}\n" for t, s, n, ms in sequence))
         for n in GROUPS:
             self.doc["post_latency_ms"]["ours"][n] = stats.p50_p99(ours[n])
             self.doc["post_latency_ms"]["sync_baseline"][n] = stats.p50_p99(sync[n])
