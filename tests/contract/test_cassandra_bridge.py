@@ -163,3 +163,42 @@ async def test_finished_requests_are_not_cyclic_garbage(session: Session) -> Non
     # hundred may come from elsewhere (the driver refreshing schema metadata
     # after another test's DDL), never one per statement.
     assert unreachable < 500, f"{unreachable} objects of cyclic garbage after 500 statements"
+
+
+def _server_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the driver logged of the warnings the node attached to responses."""
+    return [r.getMessage() for r in caplog.records if "Server warning" in r.getMessage()]
+
+
+@pytest.mark.parametrize(("rows", "warned"), [(10, False), (11, True)])
+async def test_replica_batches_write_every_row_under_the_warning_threshold(
+        session: Session, caplog: pytest.LogCaptureFixture, rows: int, warned: bool) -> None:
+    """10 partitions per batch is the node's default warning threshold: the
+    default batch size stays silent, one more row makes the node warn (which
+    shows this test can see the warning)."""
+    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    base = 1_000 * rows
+    params = [(base + i, 0, f"r{i}") for i in range(95)]
+    batches = fc.replica_batches(session, insert, params, rows=rows)
+    assert sum(len(b._statements_and_parameters) for b in batches) == 95
+    assert all(len(b._statements_and_parameters) <= rows for b in batches)
+    assert len(batches) == -(-95 // rows)  # one node: one replica group
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cassandra"):
+        await fc.execute_each(session, batches, name="t", concurrency=3)
+    select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = 0")
+    found = await fc.execute_concurrent(session, select, [(base + i,) for i in range(95)], name="t", concurrency=16)
+    assert [r[0].v for r in found] == [f"r{i}" for i in range(95)]
+    assert bool(_server_warnings(caplog)) is warned
+
+
+async def test_execute_each_raises_the_first_error_and_accepts_nothing(session: Session) -> None:
+    await fc.execute_each(session, [], name="t")
+    bad = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)
+    batches = fc.replica_batches(session, bad, [(7, i, "x", -1) for i in range(30)])
+    with pytest.raises(InvalidRequest):
+        await fc.execute_each(session, batches, name="t", concurrency=2)
+    with pytest.raises(ValueError):
+        await fc.execute_each(session, batches, name="t", concurrency=0)
+    with pytest.raises(ValueError):
+        fc.replica_batches(session, bad, [], rows=0)

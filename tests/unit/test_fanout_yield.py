@@ -50,6 +50,27 @@ def test_window_is_busy_during_and_shortly_after_a_user_facing_request() -> None
     assert activity.window() == 128
 
 
+def test_pace_holds_the_fanout_to_the_busy_rate_only_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    activity = ForegroundActivity(FanoutYield(quiet_s=0.5, busy_rows_per_s=1000), clock)
+    asyncio.run(activity.pace(160, 0.01))
+    assert slept == []  # idle: no cap
+    activity.touch()
+    asyncio.run(activity.pace(160, 0.01))  # 160 rows at 1,000/s take 0.16 s: 0.15 s left
+    asyncio.run(activity.pace(160, 0.5))  # already slower than the cap
+    assert slept == [0.15]
+    off = ForegroundActivity(FanoutYield(quiet_s=0.5, busy_rows_per_s=0), clock)
+    off.touch()
+    asyncio.run(off.pace(160, 0.0))
+    assert slept == [0.15]  # 0: no cap even while busy
+
+
 class FakeResponse:
     has_more_pages = False
 

@@ -345,7 +345,7 @@ class _Window:
 
     _MAX_DEPTH = 40  # callbacks can run synchronously; avoid deep recursion
 
-    def __init__(self, session: Session, statement: Statement, params: Sequence[Params], name: str,
+    def __init__(self, session: Session, statement: Statement | None, params: Sequence[Any], name: str,
                  loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], limit: Callable[[], int]) -> None:
         self.session = session
         self.limit = limit
@@ -397,7 +397,10 @@ class _Window:
         try:
             started = time.perf_counter()
             try:
-                response = self.session.execute_async(self.statement, self.params[index])
+                if self.statement is None:  # ``params`` holds whole statements (``execute_each``)
+                    response = self.session.execute_async(self.params[index])
+                else:
+                    response = self.session.execute_async(self.statement, self.params[index])
             except Exception as exc:  # noqa: BLE001 - binding errors, shut down: must finish the window
                 self._failed(exc, None, started)
                 return
@@ -480,6 +483,56 @@ async def execute_concurrent(session: Session, statement: Statement, params_seq:
     window = _Window(session, statement, params_seq, name, loop, fut, limit)
     window.start()
     return await fut
+
+
+async def execute_each(session: Session, statements: Sequence[Statement], *, name: str,
+                       concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY) -> None:
+    """Execute already-bound ``statements`` (e.g. ``replica_batches``), at
+    most ``concurrency`` at a time; same window, failure and cancellation
+    contract as ``execute_concurrent``. Rows, if any, are dropped."""
+    if not statements:
+        return
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[list[list[Row]]] = loop.create_future()
+    limit = (lambda: concurrency) if isinstance(concurrency, int) else concurrency
+    if isinstance(concurrency, int) and concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    _Window(session, None, statements, name, loop, fut, limit).start()
+    await fut
+
+
+def replica_batches(session: Session, statement: PreparedStatement, params_seq: Sequence[Params], *,
+                    rows: int = policies.REPLICA_BATCH_ROWS) -> list[BatchStatement]:
+    """The rows of ``statement`` as small unlogged batches of at most ``rows``
+    rows, each holding only partitions whose first replica is the same node.
+
+    For bulk writes of one row to each of many partitions (fan-out): one
+    request per batch instead of one per row saves the driver and the node
+    most of their per-request work, and grouping by replica keeps each batch
+    on the node that owns its partitions (the token-aware policy routes a
+    batch by its first statement), so the coordinator forwards nothing it
+    would not have forwarded for single rows. Keep ``rows`` at or under the
+    node's ``unlogged_batch_across_partitions_warn_threshold`` (10 by
+    default): larger batches make the node warn on every request. Not atomic
+    and not isolated: a failed batch may have written some of its rows, so
+    the writes must be idempotent (a retry rewrites them)."""
+    if rows < 1:
+        raise ValueError("rows must be >= 1")
+    metadata = session.cluster.metadata
+    keyspace = statement.keyspace
+    groups: dict[Any, list[Any]] = {}
+    for params in params_seq:
+        bound = statement.bind(params)
+        replicas = metadata.get_replicas(keyspace, bound.routing_key) if keyspace else []
+        groups.setdefault(replicas[0] if replicas else None, []).append(bound)
+    out: list[BatchStatement] = []
+    for bounds in groups.values():
+        for start in range(0, len(bounds), rows):
+            b = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=WRITE_CL)
+            for bound in bounds[start:start + rows]:
+                b.add(bound)
+            out.append(b)
+    return out
 
 
 # --- schema ---------------------------------------------------------------------------

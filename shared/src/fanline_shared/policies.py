@@ -94,20 +94,35 @@ DEFAULT_FANOUT_CONCURRENCY = 128
 # is one small page, and small pages of different authors are now written one
 # after another (a round trip each) — raise this for many small authors.
 DEFAULT_HOME_WRITE_CALLS = 1
-# tweet-store's fan-out writes in flight per page when no one is waiting (see
-# FanoutYield). Small on purpose: one node takes its full write rate with a
-# few dozen writes in flight, and every write beyond that is queue a post's or
-# a read's statements wait behind when they arrive. Measured with the bench
-# (post-latency and scaling phases, same node): 128 → 16 took a post's p50/p99
-# under fan-out from 18/68-124 ms to 12/54-71 ms, each fan-out INSERT from
-# 21 ms to 3 ms at Cassandra, with as many fan-out rows written. 32 with one
-# page at a time keeps the 32 in flight that two pages of 16 had (the bare
-# driver's best window in the bench's sweep).
-DEFAULT_HOME_WRITE_WINDOW = 32
-# While user-facing requests are served (see FanoutYield): two writes in
-# flight, against eight before (two pages of four).
-DEFAULT_HOME_WRITE_WINDOW_BUSY = 2
+# tweet-store's fan-out requests in flight per page when no one is waiting
+# (see FanoutYield); each request is a batch of up to
+# DEFAULT_HOME_WRITE_BATCH_ROWS rows. Small on purpose: one node takes its full
+# write rate with a few dozen rows in flight, and every row beyond that is
+# queue a post's or a read's statements wait behind when they arrive (Little's
+# law). History, measured with the bench (post-latency phase, same node):
+# single-row inserts 128 → 16 per page took a post's p99 under fan-out from
+# 68-124 ms to 54-71 ms; then 32 single rows, one page at a time: 31-67 ms.
+# Batches of 10 with 4 in flight (40 rows) and the busy pace below: post
+# p50/p99 under fan-out 8.9/32 ms over 1,200 posts, against 13-16/41-55 ms
+# for 32 single rows in the same week's runs.
+DEFAULT_HOME_WRITE_WINDOW = 4
+# While user-facing requests are served (see FanoutYield): one request in
+# flight, paced to DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S.
+DEFAULT_HOME_WRITE_WINDOW_BUSY = 1
+# Fan-out rows per request: tweet-store writes a page as unlogged batches of
+# rows whose partitions share their first replica (cassandra.replica_batches):
+# one request instead of ten cut tweet-store's CPU per fan-out row about
+# fourfold in the bench (45-50 % of a core for ~2,500 rows/s before, 15-20 %
+# for ~4,500). 10 is the node's default
+# unlogged_batch_across_partitions_warn_threshold: one more and it warns on
+# every batch. 1 writes single-row inserts.
+DEFAULT_HOME_WRITE_BATCH_ROWS = 10
+REPLICA_BATCH_ROWS = DEFAULT_HOME_WRITE_BATCH_ROWS
 DEFAULT_FANOUT_YIELD_S = 0.5
+# While busy, fan-out rows per second per tweet-store process (0: no cap). A
+# window alone does not bound the fan-out's share of the machine: with cheap
+# batched writes one request in flight still drives the node flat out.
+DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S = 2000.0
 
 
 @dataclass(frozen=True)
@@ -119,10 +134,12 @@ class FanoutYield:
     flight per page, otherwise ``idle_window``. On a busy node every statement
     queues behind the writes in flight, so the busy window bounds how long a
     post or a read waits behind fan-out; when no one is posting or reading,
-    a backlog drains at full speed. The price: under steady user traffic the
-    fan-out runs at the busy window's pace (delivery lag grows first).
+    a backlog drains at full speed. While busy the fan-out is also held to
+    ``busy_rows_per_s`` (0: no cap). The price: under steady user traffic the
+    fan-out runs at the busy pace (delivery lag grows first).
     """
 
     idle_window: int = DEFAULT_HOME_WRITE_WINDOW
     busy_window: int = DEFAULT_HOME_WRITE_WINDOW_BUSY
     quiet_s: float = DEFAULT_FANOUT_YIELD_S
+    busy_rows_per_s: float = DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S

@@ -76,7 +76,9 @@ def open_storage(settings: Settings, activity: ForegroundActivity | None = None)
     fan-out writes yield to the user-facing requests it tracks."""
     window = activity.window if activity is not None else settings.home_writes.idle_window
     storage = build_storage(settings.storage, home_retention_s=settings.home_retention_s,
-                            home_write_window=window, home_write_calls=settings.home_write_calls)
+                            home_write_window=window, home_write_calls=settings.home_write_calls,
+                            home_write_batch_rows=settings.home_write_batch_rows,
+                            home_write_pace=activity.pace if activity is not None else None)
     if settings.tweet_cache.enabled:
         storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
     return storage

@@ -20,6 +20,7 @@ class Settings:
     follow_merge_count: int
     home_writes: policies.FanoutYield
     home_write_calls: int
+    home_write_batch_rows: int
     tweet_cache: TweetCachePolicy
 
     @classmethod
@@ -41,10 +42,16 @@ class Settings:
                 busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", policies.DEFAULT_HOME_WRITE_WINDOW_BUSY,
                                         minimum=1),
                 quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),
+                busy_rows_per_s=env.number("FANLINE_HOME_WRITE_BUSY_ROWS_PER_S",
+                                           policies.DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S),
             ),
             # Fan-out pages written at once per process, whatever the number of
             # workers calling it: pages x window bounds the queue at Cassandra.
             home_write_calls=env.integer("FANLINE_HOME_WRITE_CALLS", policies.DEFAULT_HOME_WRITE_CALLS, minimum=1),
+            # Fan-out rows per request (replica-grouped unlogged batches); 1 =
+            # single-row inserts. Above 10 the node warns on every batch.
+            home_write_batch_rows=env.integer("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                                              minimum=1),
             # Tweets kept in memory for timeline pages (cache.py); size 0 = off.
             tweet_cache=TweetCachePolicy(
                 size=env.integer("FANLINE_TWEET_CACHE_SIZE", DEFAULT_SIZE, minimum=0),

@@ -11,6 +11,7 @@ accordingly.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,16 @@ class ForegroundActivity:
         """Fan-out writes to keep in flight per page right now. Called from
         the driver's thread as writes complete: reads two numbers, no lock."""
         return self._policy.busy_window if self.busy() else self._policy.idle_window
+
+    async def pace(self, rows: int, elapsed_s: float) -> None:
+        """Called after ``rows`` fan-out rows took ``elapsed_s`` to write:
+        while busy, sleep so that they take at least ``rows`` divided by the
+        policy's ``busy_rows_per_s``."""
+        rate = self._policy.busy_rows_per_s
+        if rate > 0 and self.busy():
+            wait = rows / rate - elapsed_s
+            if wait > 0:
+                await asyncio.sleep(wait)
 
     def foreground(self, handler: Handler) -> Handler:
         """Wrap a user-facing route handler: the fan-out yields while it runs

@@ -7,7 +7,7 @@ ports (``fanline_shared.ports``) and pass the same contract tests
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fanline_shared import policies
@@ -41,19 +41,24 @@ class TweetStoreStorage:
 
 def build_storage(settings: StorageSettings, *, home_retention_s: int,
                   home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                  home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
+                  home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+                  home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                  home_write_pace: Callable[[int, float], Awaitable[None]] | None = None) -> TweetStoreStorage:
     """The storage for ``settings.backend``; home-timeline rows live
     ``home_retention_s`` seconds after their tweet's creation. In Cassandra,
     fan-out writes run ``home_write_window`` at a time per page (a number, or
     a function asked as writes complete) and ``home_write_calls`` pages at a
-    time per process."""
+    time per process, each write a batch of up to ``home_write_batch_rows``
+    rows, ``home_write_pace`` awaited every few batches (it may sleep)."""
     if home_retention_s <= 0:
         raise ValueError("home_retention_s must be positive")
     if settings.backend == "cassandra":
         from .cassandra import build_cassandra_storage
 
         return build_cassandra_storage(settings, home_retention_s=home_retention_s,
-                                       home_write_window=home_write_window, home_write_calls=home_write_calls)
+                                       home_write_window=home_write_window, home_write_calls=home_write_calls,
+                                       home_write_batch_rows=home_write_batch_rows,
+                                       home_write_pace=home_write_pace)
     if settings.backend == "embedded":
         from .sqlite import build_sqlite_storage
 

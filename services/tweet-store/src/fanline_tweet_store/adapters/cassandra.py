@@ -16,8 +16,10 @@ unbounded partition:
 * ``home_timeline`` — one partition per owner, newest first; every row is
   written with ``TTL = retention - age of the tweet``, so it expires at tweet
   time + retention whenever it was written (and is not written at all once
-  that is past). Fan-out writes are bounded concurrent single-row inserts
-  (``execute_concurrent``), never multi-partition batches;
+  that is past). Fan-out writes are small unlogged batches of rows whose
+  partitions share their first replica (``replica_batches``, at most
+  ``policies.DEFAULT_HOME_WRITE_BATCH_ROWS`` rows, under the node's warning
+  threshold), a bounded number in flight (``execute_each``);
 * ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING
   TTL``: the first reservation wins, every later one reads the bound tweet.
 
@@ -35,8 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -53,8 +56,10 @@ from fanline_shared.cassandra import (
     batch,
     execute,
     execute_concurrent,
+    execute_each,
     execute_lwt,
     prepare,
+    replica_batches,
     unix_minute,
 )
 from fanline_shared.config import StorageSettings
@@ -65,6 +70,7 @@ from . import OWNER, TweetStoreStorage
 MINUTES_PER_DAY = 1440
 _LOOKUP_CONCURRENCY = 64
 _BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
+_PACED_BATCHES = 16  # fan-out requests between two calls of the pacing hook
 _MINUTE_WINDOW_MAX = 16  # public-timeline minute buckets read at once
 _DAYS_PAGE = 32
 
@@ -358,10 +364,17 @@ def _tweet(row: Any) -> Tweet:
 class CassandraHomeTimeline(Repository):
     def __init__(self, keyspace: Keyspace, retention_s: int,
                  concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                 calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> None:
+                 calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+                 batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                 pace: Callable[[int, float], Awaitable[None]] | None = None) -> None:
         super().__init__(keyspace)
+        # Awaited after every few requests with (rows, seconds they took); may
+        # sleep to hold the fan-out to a rate (ForegroundActivity.pace).
+        self._pace = pace
         self._retention_s = retention_s
+        # Requests (batches of up to ``batch_rows`` rows) in flight per page.
         self._concurrency = concurrency
+        self._batch_rows = batch_rows
         # At most ``calls`` fan-out pages in flight at once in this process.
         self._calls = asyncio.Semaphore(calls)
 
@@ -391,9 +404,24 @@ class CassandraHomeTimeline(Repository):
         if ttl <= 0 or not names:
             return
         author_lc = canonical(author)
+        await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
+
+    async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
+        """One row per partition: batched by replica unless ``batch_rows`` is 1."""
         async with self._calls:
-            await execute_concurrent(self._session, self._insert, [(o, tweet_id, author_lc, ttl) for o in names],
-                                     name="home_add", concurrency=self._concurrency)
+            if self._batch_rows == 1:
+                await execute_concurrent(self._session, statement, rows, name=name, concurrency=self._concurrency)
+            else:
+                batches = replica_batches(self._session, statement, rows, rows=self._batch_rows)
+                if self._pace is None:
+                    await execute_each(self._session, batches, name=name, concurrency=self._concurrency)
+                    return
+                for start in range(0, len(batches), _PACED_BATCHES):
+                    part = batches[start:start + _PACED_BATCHES]
+                    began = time.perf_counter()
+                    await execute_each(self._session, part, name=name, concurrency=self._concurrency)
+                    await self._pace(sum(len(b._statements_and_parameters) for b in part),
+                                     time.perf_counter() - began)
 
     async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
         now, owner_lc = utcnow(), canonical(owner)
@@ -410,9 +438,7 @@ class CassandraHomeTimeline(Repository):
         names = list(dict.fromkeys(canonical(o) for o in owners))
         if not names:
             return
-        async with self._calls:
-            await execute_concurrent(self._session, self._delete, [(o, tweet_id) for o in names],
-                                     name="home_remove", concurrency=self._concurrency)
+        await self._write_each(self._delete, [(o, tweet_id) for o in names], "home_remove")
 
     async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
         owner_lc = canonical(owner)
@@ -435,12 +461,16 @@ class CassandraHomeTimeline(Repository):
 
 def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
                             home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                            home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS) -> TweetStoreStorage:
+                            home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+                            home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                            home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
+                            ) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
-        home=CassandraHomeTimeline(keyspace, home_retention_s, home_write_window, home_write_calls),
+        home=CassandraHomeTimeline(keyspace, home_retention_s, home_write_window, home_write_calls,
+                                   home_write_batch_rows, home_write_pace),
         outbox=outbox,
         engine=keyspace,
     )
