@@ -240,6 +240,18 @@ def scrape_all(url: str, timeout: float = 3.0) -> dict[str, float]:
     return out
 
 
+def _bucket_series(scraped: dict[str, float], metric: str, labels: str, le: str) -> str | None:
+    """The ``le`` bucket of the series with ``labels`` (prometheus-client puts
+    ``le`` among the other labels in name order, not last)."""
+    mark, want = f'le="{le}"', labels or "{}"
+    for series in scraped:
+        if series.startswith(f"{metric}_bucket{{") and mark in series:
+            rest = series[len(f"{metric}_bucket"):]
+            if rest.replace(mark + ",", "").replace("," + mark, "").replace(mark, "") == want:
+                return series
+    return None
+
+
 def histogram_means(before: dict[str, float], after: dict[str, float], metric: str,
                     must_contain: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Mean (ms), count, and how many took over 25 ms (a histogram bucket
@@ -255,9 +267,9 @@ def histogram_means(before: dict[str, float], after: dict[str, float], metric: s
         if count <= 0:
             continue
         mean = (total - before.get(series, 0.0)) / count
-        bucket = f"{metric}_bucket" + (labels[:-1] + ',le="0.025"}' if labels else '{le="0.025"}')
         row = {"series": f"{metric}{labels}", "count": int(count), "mean_ms": round(mean * 1000, 2)}
-        if bucket in after:
+        bucket = _bucket_series(after, metric, labels, "0.025")
+        if bucket is not None:
             row["over_25ms"] = int(count - (after[bucket] - before.get(bucket, 0.0)))
         rows.append(row)
     return rows

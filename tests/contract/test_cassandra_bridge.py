@@ -180,8 +180,8 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
     base = 1_000 * rows
     params = [(base + i, 0, f"r{i}") for i in range(95)]
     batches = fc.replica_batches(session, insert, params, rows=rows)
-    assert sum(len(b._statements_and_parameters) for b in batches) == 95
-    assert all(len(b._statements_and_parameters) <= rows for b in batches)
+    assert sum(len(b) for b in batches) == 95
+    assert all(len(b) <= rows for b in batches)
     assert len(batches) == -(-95 // rows)  # one node: one replica group
     caplog.clear()
     with caplog.at_level("WARNING", logger="cassandra"):
@@ -195,7 +195,7 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
 async def test_execute_each_raises_the_first_error_and_accepts_nothing(session: Session) -> None:
     await fc.execute_each(session, [], name="t")
     bad = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)
-    batches = fc.replica_batches(session, bad, [(7, i, "x", -1) for i in range(30)])
+    batches = fc.replica_batches(session, bad, [(7, i, "x", -1) for i in range(30)], rows=10)
     with pytest.raises(InvalidRequest):
         await fc.execute_each(session, batches, name="t", concurrency=2)
     with pytest.raises(ValueError):

@@ -490,19 +490,19 @@ async def execute_each(session: Session, statements: Sequence[Statement], *, nam
     """Execute already-bound ``statements`` (e.g. ``replica_batches``), at
     most ``concurrency`` at a time; same window, failure and cancellation
     contract as ``execute_concurrent``. Rows, if any, are dropped."""
+    if isinstance(concurrency, int) and concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
     if not statements:
         return
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[list[list[Row]]] = loop.create_future()
     limit = (lambda: concurrency) if isinstance(concurrency, int) else concurrency
-    if isinstance(concurrency, int) and concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
     _Window(session, None, statements, name, loop, fut, limit).start()
     await fut
 
 
 def replica_batches(session: Session, statement: PreparedStatement, params_seq: Sequence[Params], *,
-                    rows: int = policies.REPLICA_BATCH_ROWS) -> list[BatchStatement]:
+                    rows: int) -> list[BatchStatement]:
     """The rows of ``statement`` as small unlogged batches of at most ``rows``
     rows, each holding only partitions whose first replica is the same node.
 

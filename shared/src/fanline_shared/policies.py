@@ -117,7 +117,6 @@ DEFAULT_HOME_WRITE_WINDOW_BUSY = 1
 # unlogged_batch_across_partitions_warn_threshold: one more and it warns on
 # every batch. 1 writes single-row inserts.
 DEFAULT_HOME_WRITE_BATCH_ROWS = 10
-REPLICA_BATCH_ROWS = DEFAULT_HOME_WRITE_BATCH_ROWS
 DEFAULT_FANOUT_YIELD_S = 0.5
 # While busy, fan-out rows per second per tweet-store process (0: no cap). A
 # window alone does not bound the fan-out's share of the machine: with cheap

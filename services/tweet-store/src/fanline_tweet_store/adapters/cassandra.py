@@ -407,7 +407,9 @@ class CassandraHomeTimeline(Repository):
         await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
 
     async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
-        """One row per partition: batched by replica unless ``batch_rows`` is 1."""
+        """One row per partition: batched by replica and paced (``pace``)
+        every ``_PACED_BATCHES`` requests; with ``batch_rows`` 1, single-row
+        inserts under the window alone, as before batching."""
         async with self._calls:
             if self._batch_rows == 1:
                 await execute_concurrent(self._session, statement, rows, name=name, concurrency=self._concurrency)
@@ -420,7 +422,7 @@ class CassandraHomeTimeline(Repository):
                     part = batches[start:start + _PACED_BATCHES]
                     began = time.perf_counter()
                     await execute_each(self._session, part, name=name, concurrency=self._concurrency)
-                    await self._pace(sum(len(b._statements_and_parameters) for b in part),
+                    await self._pace(sum(len(b) for b in part),
                                      time.perf_counter() - began)
 
     async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
