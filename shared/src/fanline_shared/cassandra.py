@@ -523,7 +523,8 @@ def replica_batches(session: Session, statement: PreparedStatement, params_seq: 
     groups: dict[Any, list[Any]] = {}
     for params in params_seq:
         bound = statement.bind(params)
-        replicas = metadata.get_replicas(keyspace, bound.routing_key) if keyspace else []
+        key = bound.routing_key
+        replicas = metadata.get_replicas(keyspace, key) if keyspace and key is not None else []
         groups.setdefault(replicas[0] if replicas else None, []).append(bound)
     out: list[BatchStatement] = []
     for bounds in groups.values():
