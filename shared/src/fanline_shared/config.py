@@ -7,6 +7,7 @@ a plain dict instead. Every variable and its default is listed in README.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,9 @@ class Env:
         return value
 
     def number(self, name: str, default: float, *, positive: bool = False) -> float:
+        """A finite, non-negative number (every one we read is a duration, a
+        rate or a size; 0 means "off" where a setting allows it), or with
+        ``positive`` one greater than 0."""
         raw = self._env.get(name, "").strip()
         if not raw:
             return default
@@ -49,8 +53,12 @@ class Env:
             value = float(raw)
         except ValueError:
             raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, got {raw!r}")
         if positive and value <= 0:
             raise ConfigError(f"{name} must be positive, got {value}")
+        if value < 0:
+            raise ConfigError(f"{name} must not be negative, got {value}")
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
@@ -103,7 +111,7 @@ class StorageSettings:
             keyspace_prefix=env.string("FANLINE_KEYSPACE_PREFIX", "fanline"),
             replication_factor=env.integer("FANLINE_CASSANDRA_RF", 1, minimum=1),
             local_dc=env.string("FANLINE_CASSANDRA_DC", "datacenter1"),
-            request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0),
+            request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0, positive=True),
             protocol_version=int(env.choice("FANLINE_CASSANDRA_PROTOCOL", "4", ("4", "5"))),
         )
 
@@ -133,7 +141,7 @@ class KafkaSettings:
             dlq_topic=env.string("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
             partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
-            request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0),
+            request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),
         )
 
 
@@ -165,5 +173,5 @@ class PeerSettings:
         return cls(
             social_graph_url=env.string("FANLINE_SOCIAL_GRAPH_URL", "http://127.0.0.1:8001").rstrip("/"),
             tweet_store_url=env.string("FANLINE_TWEET_STORE_URL", "http://127.0.0.1:8002").rstrip("/"),
-            timeout_s=env.number("FANLINE_PEER_TIMEOUT_S", 10.0),
+            timeout_s=env.number("FANLINE_PEER_TIMEOUT_S", 10.0, positive=True),
         )

@@ -32,7 +32,7 @@ class Settings:
             kafka=KafkaSettings.from_env(env),
             peers=PeerSettings.from_env(env),
             cursor_secret=env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET).encode(),
-            relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0),
+            relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0, positive=True),
             relay_stale_after_ms=env.integer("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
             # Per client address; 0 disables rate limiting.
             rate_limit_per_s=env.number("FANLINE_RATE_LIMIT_PER_S", 0.0),

@@ -48,14 +48,14 @@ class Settings:
             # An event failing with an unexpected (non-transient) error this many
             # times goes to the dead-letter topic.
             max_unexpected_attempts=env.integer("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
-            commit_interval_s=env.number("FANLINE_COMMIT_INTERVAL_S", 1.0),
+            commit_interval_s=env.number("FANLINE_COMMIT_INTERVAL_S", 1.0, positive=True),
             # A killed worker's partitions move to the others after the
             # session timeout. The embedded broker also makes a joining
             # member wait the whole rebalance timeout, so keep it short.
-            session_timeout_s=env.number("FANLINE_WORKER_SESSION_TIMEOUT_S", 10.0),
-            rebalance_timeout_s=env.number("FANLINE_WORKER_REBALANCE_TIMEOUT_S", 5.0),
+            session_timeout_s=env.number("FANLINE_WORKER_SESSION_TIMEOUT_S", 10.0, positive=True),
+            rebalance_timeout_s=env.number("FANLINE_WORKER_REBALANCE_TIMEOUT_S", 5.0, positive=True),
             # /readyz fails if there is lag but nothing was processed this long.
-            stuck_after_s=env.number("FANLINE_WORKER_STUCK_AFTER_S", 120.0),
+            stuck_after_s=env.number("FANLINE_WORKER_STUCK_AFTER_S", 120.0, positive=True),
             # faust keeps a small directory of its own (table metadata); without
             # this it would be created in the current directory.
             data_dir=Path(env.string("FANLINE_DATA_DIR", ".data")).resolve() / "fanout-worker",

@@ -1,0 +1,44 @@
+"""Env's typed reads: a present but unusable value is a ConfigError naming the
+variable, never a silently odd setting (a negative timeout, a NaN rate)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fanline_shared.config import ConfigError, Env, KafkaSettings, PeerSettings
+from fanline_tweet_store.config import Settings as TweetStoreSettings
+
+
+def test_number_reads_defaults_and_values() -> None:
+    env = Env({"A": " 2.5 ", "Z": "0"})
+    assert env.number("A", 1.0) == 2.5
+    assert env.number("MISSING", 1.0) == 1.0
+    assert env.number("Z", 1.0) == 0.0  # 0 is "off" where a setting allows it
+
+
+@pytest.mark.parametrize("raw", ["-1", "-0.5", "nan", "inf", "-inf", "ten"])
+def test_number_rejects_negative_non_finite_and_text(raw: str) -> None:
+    with pytest.raises(ConfigError, match=r"^X "):
+        Env({"X": raw}).number("X", 1.0)
+
+
+def test_positive_number_rejects_zero() -> None:
+    with pytest.raises(ConfigError, match="X must be positive"):
+        Env({"X": "0"}).number("X", 1.0, positive=True)
+
+
+@pytest.mark.parametrize(("name", "build"), [
+    ("FANLINE_PEER_TIMEOUT_S", PeerSettings.from_env),
+    ("FANLINE_KAFKA_TIMEOUT_S", KafkaSettings.from_env),
+])
+def test_timeouts_must_be_positive(name: str, build: object) -> None:
+    with pytest.raises(ConfigError, match=name):
+        build(Env({name: "0"}))  # type: ignore[operator]
+
+
+def test_fanout_busy_rate_may_be_off_but_not_negative(tmp_path: object) -> None:
+    base = {"FANLINE_DATA_DIR": str(tmp_path)}
+    off = TweetStoreSettings.from_env({**base, "FANLINE_HOME_WRITE_BUSY_ROWS_PER_S": "0"})
+    assert off.home_writes.busy_rows_per_s == 0.0
+    with pytest.raises(ConfigError, match="FANLINE_HOME_WRITE_BUSY_ROWS_PER_S"):
+        TweetStoreSettings.from_env({**base, "FANLINE_HOME_WRITE_BUSY_ROWS_PER_S": "-5"})
