@@ -261,6 +261,20 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     if ld.get("method"):
         add(str(ld["method"]))
         add("")
+    sweep = d.get("delivery_lag_sweep") or {}
+    if sweep.get("runs"):
+        add("Delivery lag vs posting rate (1,000 followers per author; the first row is the run above):")
+        add("")
+        add(_table(["posting rate (tweets/s)", "fan-out asked for (rows/s)", "tweets (complete)", "p50 (ms)",
+                    "p99 (ms)", "max (ms)"],
+                   [[fmt(r.get("rate_per_s"), 2), fmt((r.get("rate_per_s") or 0) * 1001, 0),
+                     f"{fmt(r.get('tweets'))} ({fmt(r.get('complete'))})", fmt((r.get("summary") or {}).get("p50"), 0),
+                     fmt((r.get("summary") or {}).get("p99"), 0), fmt((r.get("summary") or {}).get("max"), 0)]
+                    for r in sweep["runs"]]))
+        add("")
+        if sweep.get("method"):
+            add(str(sweep["method"]))
+            add("")
 
     # 5. Read path
     add("## 5. Read path: `GET /v1/timeline` vs its raw CQL")

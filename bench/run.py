@@ -83,6 +83,8 @@ class Plan:
     lag_authors: int
     lag_rate: float
     lag_duration_s: float
+    lag_sweep_rates: tuple[float, ...]
+    lag_sweep_duration_s: float
     read_rate: float
     read_block_s: float
     read_blocks: int
@@ -92,17 +94,17 @@ class Plan:
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
-# takes roughly 1-3k writes/s: the full run takes about half an hour.
+# takes roughly 10k writes/s: the full run takes about a quarter of an hour.
 QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_gap_s=0.05,
              backlog_authors=8, backlog_followers=2000, backlog_tweets=16, tune_rows=4000,
              tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
-             lag_duration_s=16, read_rate=20, read_block_s=3, read_blocks=2, readers=10, profile_s=10,
-             drain_timeout_s=600)
+             lag_duration_s=16, lag_sweep_rates=(2.0,), lag_sweep_duration_s=8, read_rate=20, read_block_s=3,
+             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,
-            lag_rate=0.5, lag_duration_s=120, read_rate=40, read_block_s=10, read_blocks=3, readers=20,
-            profile_s=30, drain_timeout_s=3600)
+            lag_rate=0.5, lag_duration_s=120, lag_sweep_rates=(2.0, 4.0), lag_sweep_duration_s=60, read_rate=40,
+            read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600)
 
 
 class BenchError(RuntimeError):
@@ -765,9 +767,51 @@ class Bench:
 
     async def phase_delivery_lag(self) -> None:
         p = self.plan
-        total = int(p.lag_rate * p.lag_duration_s)
+        head = await self._lag_run(p.lag_rate, p.lag_duration_s)
+        lags = head.pop("lags")
+        self.doc["delivery_lag_ms"] = {"followers": 1000, "rate_per_s": p.lag_rate,
+                                       **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None})}
+        self.details["delivery_lag"] = {
+            **head,
+            "samples_ms": [round(x, 1) for x in lags],
+            "method": (
+                f"{len(self.lag_authors)} authors, each followed by the same 1,000 accounts, post in turn at a steady "
+                f"{p.lag_rate:g} tweets/s (open loop) for {p.lag_duration_s:.0f} s while one worker runs. For each "
+                "tweet, from the moment its 201 arrives: (a) the harness reads a sample of five followers' home "
+                "timelines in Cassandra every 20 ms (the last follower in name order, whose page is written last, "
+                "and four at random) until the tweet is in all five; (b) afterwards it reads all 1,001 rows "
+                "(followers + author) with their `WRITETIME`, which is when tweet-store issued each write. A tweet's "
+                "lag is the later of the two — the last of its 1,001 rows written, and readable in the sampled "
+                "timelines — so every follower is covered and the figure errs on the slow side. Tweets missing any "
+                "row at the end count as incomplete."),
+        }
+        # The same measurement at higher posting rates, one after another
+        # (each starts once the previous one's tweets are all delivered): where
+        # the lag starts to grow is the fan-out's capacity while it yields.
+        if not p.lag_sweep_rates:
+            return
+        runs = [{"rate_per_s": p.lag_rate, **head}]
+        for rate in p.lag_sweep_rates:
+            run = await self._lag_run(rate, p.lag_sweep_duration_s)
+            del run["lags"]
+            runs.append({"rate_per_s": rate, **run})
+        rates = ", ".join(f"{r:g}" for r in p.lag_sweep_rates)
+        self.details["delivery_lag_sweep"] = {
+            "runs": runs,
+            "method": (
+                f"After the run above, the same authors and followers post at {rates} tweets/s for "
+                f"{p.lag_sweep_duration_s:.0f} s each, measured the same way. Only the posting rate changes: each "
+                "1,000-follower tweet is 1,001 home-timeline rows, so N tweets/s ask the fan-out for about "
+                "N × 1,000 rows/s while tweet-store is also serving the posts. A lag that grows through a run "
+                "instead of settling means the rate is above what the fan-out delivers while it yields to users."),
+        }
+
+    async def _lag_run(self, rate: float, duration_s: float) -> dict[str, Any]:
+        """Post ``rate`` tweets/s for ``duration_s`` from the lag authors and
+        time each one until it is in every follower's home timeline."""
+        total = int(rate * duration_s)
         say(f"delivery lag: {total} tweets from {len(self.lag_authors)} authors with 1,000 followers, "
-            f"{p.lag_rate:g}/s for {p.lag_duration_s:.0f}s")
+            f"{rate:g}/s for {duration_s:.0f}s")
         read = await asyncio.to_thread(cql.prepare, self.session,
                                        f"SELECT tweet_id FROM {self.tweet_ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?")
         followers = self.graph.followers_of(self.lag_authors[0])  # the same 1,000 for every lag author
@@ -797,12 +841,12 @@ class Bench:
                 await asyncio.sleep(delay)
             lateness.append(max(0.0, time.monotonic() - at))
             author = self.lag_authors[i % len(self.lag_authors)]
-            _, tid, when = await self.post_ours(author, f"lag tweet {i}")
+            _, tid, when = await self.post_ours(author, f"lag tweet {i} at {rate:g}/s")
             answered[tid] = (when, author)
             await watch(tid)
 
         start = time.monotonic() + 0.5
-        tasks = [asyncio.create_task(one(i, start + i / p.lag_rate)) for i in range(total)]
+        tasks = [asyncio.create_task(one(i, start + i / rate)) for i in range(total)]
         await asyncio.gather(*tasks)
         say("  verifying every follower's row (writetime) for each tweet")
         lags, lags_written, lags_polled, incomplete = [], [], [], 0
@@ -817,30 +861,19 @@ class Bench:
             lags_written.append(lw)
             lags_polled.append(lp)
             lags.append(max(lw, lp))
-        self.doc["delivery_lag_ms"] = {"followers": 1000, "rate_per_s": p.lag_rate,
-                                       **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None})}
-        self.details["delivery_lag"] = {
+        if incomplete:
+            self.notes.append(f"delivery lag at {rate:g}/s: {incomplete} of {len(answered)} tweets were not in every "
+                              "follower's timeline")
+        if lags:
+            say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms "
+                f"({len(lags)} tweets)")
+        return {
             "tweets": len(answered), "complete": len(lags), "incomplete": incomplete,
             "summary": stats.summary(lags, 1), "last_row_written_ms": stats.summary(lags_written, 1),
             "sample_readable_ms": stats.summary(lags_polled, 1),
             "max_send_lateness_ms": round(max(lateness, default=0) * 1000, 1),
-            "samples_ms": [round(x, 1) for x in lags],
-            "method": (
-                f"{len(self.lag_authors)} authors, each followed by the same 1,000 accounts, post in turn at a steady "
-                f"{p.lag_rate:g} tweets/s (open loop) for {p.lag_duration_s:.0f} s while one worker runs. For each "
-                "tweet, from the moment its 201 arrives: (a) the harness reads a sample of five followers' home "
-                "timelines in Cassandra every 20 ms (the last follower in name order, whose page is written last, "
-                "and four at random) until the tweet is in all five; (b) afterwards it reads all 1,001 rows "
-                "(followers + author) with their `WRITETIME`, which is when tweet-store issued each write. A tweet's "
-                "lag is the later of the two — the last of its 1,001 rows written, and readable in the sampled "
-                "timelines — so every follower is covered and the figure errs on the slow side. Tweets missing any "
-                "row at the end count as incomplete."),
+            "lags": lags,
         }
-        if incomplete:
-            self.notes.append(f"delivery lag: {incomplete} of {len(answered)} tweets were not in every follower's timeline")
-        if lags:
-            say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms "
-                f"({len(lags)} tweets)")
 
     async def phase_read_path(self) -> None:
         p = self.plan
@@ -1077,6 +1110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,"
                                        "post_latency,delivery_lag,read_path,profile)")
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
+    parser.add_argument("--lag-sweep", help="comma-separated further tweets/s for the delivery-lag phase ('' for none)")
     parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -1089,6 +1123,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.lag_rate:
         plan = replace(plan, lag_rate=args.lag_rate)
+    if args.lag_sweep is not None:
+        plan = replace(plan, lag_sweep_rates=tuple(float(r) for r in args.lag_sweep.split(",") if r.strip()))
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))

@@ -167,3 +167,17 @@ def test_histogram_means_count_the_samples_over_25_ms_of_each_series() -> None:
                                                   "mean_ms": 100.0, "over_25ms": 3}
     assert rows['m{route="/b",service="api"}']["over_25ms"] == 0
     assert rows["m"]["over_25ms"] == 3
+
+
+def test_markdown_tabulates_the_delivery_lag_sweep() -> None:
+    doc = fake_result()
+    doc["details"]["delivery_lag_sweep"] = {
+        "runs": [{"rate_per_s": 0.5, "tweets": 60, "complete": 60, "summary": {"p50": 200.0, "p99": 240.0, "max": 250.0}},
+                 {"rate_per_s": 4.0, "tweets": 240, "complete": 238, "summary": {"p50": 5000.0, "p99": 9100.0,
+                                                                                  "max": 9500.0}}],
+        "method": "the sweep's method"}
+    md = report.render_markdown(doc)
+    assert "Delivery lag vs posting rate" in md
+    assert "| 4.00 | 4,004 | 240 (238) | 5,000 | 9,100 | 9,500 |" in md
+    assert "the sweep's method" in md
+    assert "Delivery lag vs posting rate" not in report.render_markdown(fake_result())
