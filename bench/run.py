@@ -767,8 +767,7 @@ class Bench:
 
     async def phase_delivery_lag(self) -> None:
         p = self.plan
-        head = await self._lag_run(p.lag_rate, p.lag_duration_s)
-        lags = head.pop("lags")
+        lags, head = await self._lag_run(p.lag_rate, p.lag_duration_s)
         self.doc["delivery_lag_ms"] = {"followers": 1000, "rate_per_s": p.lag_rate,
                                        **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None})}
         self.details["delivery_lag"] = {
@@ -792,8 +791,7 @@ class Bench:
             return
         runs = [{"rate_per_s": p.lag_rate, **head}]
         for rate in p.lag_sweep_rates:
-            run = await self._lag_run(rate, p.lag_sweep_duration_s)
-            del run["lags"]
+            _, run = await self._lag_run(rate, p.lag_sweep_duration_s)
             runs.append({"rate_per_s": rate, **run})
         rates = ", ".join(f"{r:g}" for r in p.lag_sweep_rates)
         self.details["delivery_lag_sweep"] = {
@@ -806,9 +804,10 @@ class Bench:
                 "instead of settling means the rate is above what the fan-out delivers while it yields to users."),
         }
 
-    async def _lag_run(self, rate: float, duration_s: float) -> dict[str, Any]:
+    async def _lag_run(self, rate: float, duration_s: float) -> tuple[list[float], dict[str, Any]]:
         """Post ``rate`` tweets/s for ``duration_s`` from the lag authors and
-        time each one until it is in every follower's home timeline."""
+        time each one until it is in every follower's home timeline: the lags
+        of the complete tweets (ms) and a summary of the run."""
         total = int(rate * duration_s)
         say(f"delivery lag: {total} tweets from {len(self.lag_authors)} authors with 1,000 followers, "
             f"{rate:g}/s for {duration_s:.0f}s")
@@ -867,12 +866,11 @@ class Bench:
         if lags:
             say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms "
                 f"({len(lags)} tweets)")
-        return {
+        return lags, {
             "tweets": len(answered), "complete": len(lags), "incomplete": incomplete,
             "summary": stats.summary(lags, 1), "last_row_written_ms": stats.summary(lags_written, 1),
             "sample_readable_ms": stats.summary(lags_polled, 1),
             "max_send_lateness_ms": round(max(lateness, default=0) * 1000, 1),
-            "lags": lags,
         }
 
     async def phase_read_path(self) -> None:
@@ -1101,6 +1099,16 @@ def publish(doc: dict[str, Any], out_dir: Path, md_path: Path, plots_dir: Path, 
     return written
 
 
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if any(not r > 0 for r in rates):
+        raise argparse.ArgumentTypeError(f"rates must be positive: {text!r}")
+    return rates
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (a few minutes)")
@@ -1110,7 +1118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,"
                                        "post_latency,delivery_lag,read_path,profile)")
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
-    parser.add_argument("--lag-sweep", help="comma-separated further tweets/s for the delivery-lag phase ('' for none)")
+    parser.add_argument("--lag-sweep", type=_rates, metavar="R1,R2",
+                        help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)")
     parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -1124,7 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lag_rate:
         plan = replace(plan, lag_rate=args.lag_rate)
     if args.lag_sweep is not None:
-        plan = replace(plan, lag_sweep_rates=tuple(float(r) for r in args.lag_sweep.split(",") if r.strip()))
+        plan = replace(plan, lag_sweep_rates=args.lag_sweep)
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
