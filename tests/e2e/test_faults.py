@@ -74,10 +74,13 @@ async def home_counts(system: System, owners: list[str], tweet_id: str) -> dict[
 
 @pytest.fixture
 def crash_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
-    # Small follower pages, one in flight, so the fan-out takes long enough to
-    # be killed in the middle. Cheap argon2 so 5,000 sign-ups are quick.
+    # Small follower pages, one in flight, written one row at a time, so the
+    # fan-out takes seconds and is killed in the middle (idle tweet-store
+    # batches write 5,000 rows in a fraction of a second). Cheap argon2 so
+    # 5,000 sign-ups are quick.
     system = make_system("real", 24000, tmp_path, real_infra,
                          FANLINE_FANOUT_PAGE_SIZE="50", FANLINE_FANOUT_PAGES_IN_FLIGHT="1",
+                         FANLINE_HOME_WRITE_BATCH_ROWS="1", FANLINE_HOME_WRITE_WINDOW="1",
                          FANLINE_ARGON2_MEMORY_KIB="64")
     system.start(timeout=180)
     yield system
