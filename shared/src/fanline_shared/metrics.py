@@ -93,6 +93,10 @@ CONSUMER_LAG = Gauge(
     "fanline_consumer_lag_messages", "Messages behind the log end, per partition", ["topic", "partition"],
     multiprocess_mode="livemax",
 )
+FANOUT_SKIPPED_LARGE = Counter(
+    "fanline_fanout_skipped_large_total",
+    "Tweets of large accounts not fanned out on write (merged into home timelines at read time)",
+)
 EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
 DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
 
@@ -118,6 +122,20 @@ KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka prod
 TWEET_CACHE_LOOKUPS = Counter(
     "fanline_tweet_cache_lookups_total", "Tweets looked up in tweet-store's hydration cache, by result", ["result"]
 )
+# --- home timelines: hybrid read and cap (tweet-store) --------------------------
+HOME_MERGED_ACCOUNTS = Histogram(
+    "fanline_home_merged_accounts", "Followed large accounts merged into one home-timeline read",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+)
+HOME_MERGE_LOOKUPS = Counter(
+    "fanline_home_merge_lookups_total",
+    "Large accounts' recent tweets looked up for a home read, by result (hit: from the cached head)", ["result"],
+)
+HOME_FALLBACK_READS = Counter(
+    "fanline_home_fallback_reads_total",
+    "Home-timeline pages read past the stored horizon, from the followed accounts' userlines",
+)
+HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],
     multiprocess_mode="livemax",

@@ -23,7 +23,7 @@ import orjson
 
 from . import metrics
 from .domain import OutboxEvent
-from .errors import DomainError, Unavailable, from_status
+from .errors import DomainError, NotFound, Unavailable, from_status
 from .policies import PEER_REQUEST, RetryPolicy, retry
 
 
@@ -183,6 +183,20 @@ class SocialGraphClient(PeerClient):
         return await self.call("GET", f"/internal/users/{username}/{direction}",
                                operation=direction, params=params)
 
+    async def following_all(self, username: str, page_size: int = 1000) -> list[str]:
+        """Every account ``username`` follows (all pages); [] for an unknown user."""
+        names: list[str] = []
+        after: str | None = None
+        while True:
+            try:
+                page = await self.edges(username, "following", page_size, after)
+            except NotFound:
+                return []
+            names.extend(item["username"] for item in page["items"])
+            after = page.get("next")
+            if not after:
+                return names
+
 
 class TweetStoreClient(PeerClient):
     """The tweet-store internal API."""
@@ -240,6 +254,11 @@ class TweetStoreClient(PeerClient):
         body = await self.call("POST", f"/internal/home/{owner}/merge", operation="home_merge",
                                json={"author": author})
         return int(body["merged"])
+
+    async def register_large_account(self, author: str) -> None:
+        """Record ``author`` as large before one of their tweets skips the fan-out."""
+        await self.call("POST", "/internal/large-accounts", operation="register_large_account",
+                        json={"author": author})
 
     async def home_purge(self, owner: str, author: str) -> int:
         body = await self.call("POST", f"/internal/home/{owner}/purge", operation="home_purge",

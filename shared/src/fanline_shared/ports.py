@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .domain import Edge, OutboxEvent, Session, Tweet, User
 
@@ -139,12 +139,27 @@ class TweetRepository(Protocol):
         """``{canonical: tweets_count}`` for each name."""
 
 
+class HomeWindow(NamedTuple):
+    """A slice of stored home rows and the owner's *horizon*.
+
+    ``horizon`` is the oldest id the stored rows are trusted down to (None:
+    nothing was ever trimmed, the rows reach back to the retention horizon).
+    Rows older than ``horizon`` were trimmed away (``trim``), may have been
+    written back later by a late or replayed event, and must be ignored:
+    below the horizon the home timeline is read from the userlines instead
+    (``fanline_tweet_store.hybrid``)."""
+
+    ids: list[uuid.UUID]
+    horizon: uuid.UUID | None
+
+
 class HomeTimelineRepository(Protocol):
     """Home-timeline rows ``(owner, tweet_id, author)`` (owned by tweet-store).
 
     Rows are keyed by ``(owner, tweet_id)``, so rewriting a row is a no-op:
     redelivered events cannot create duplicates. Rows expire after the
-    configured retention (see docs/architecture.md)."""
+    configured retention, and each owner's rows are capped by ``trim`` (see
+    docs/architecture.md)."""
 
     async def add(self, owners: Sequence[str], tweet_id: uuid.UUID, author: str) -> None:
         """Insert the tweet into each owner's home timeline."""
@@ -159,7 +174,35 @@ class HomeTimelineRepository(Protocol):
         """Remove several tweets from one owner's home timeline."""
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
-        """The owner's home timeline ids, newest first, older than ``before``."""
+        """The owner's stored home ids, newest first, older than ``before``
+        (whatever the horizon: see ``window``)."""
+
+    async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
+        """``slice`` plus the owner's horizon, in one round of queries."""
+
+    async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        """Keep the owner's ``keep`` newest rows: remove every older row (in
+        Cassandra one range tombstone, not one per row) and raise the horizon
+        to the oldest row kept. Returns the horizon if it trimmed, else None
+        (``keep`` or fewer rows). The horizon only ever rises, whatever the
+        order concurrent trims land in."""
+
+
+class LargeAccountRegistry(Protocol):
+    """Authors whose tweets were not fanned out on write (owned by tweet-store).
+
+    The fan-out worker registers an author *before* it skips the fan-out of
+    one of their tweets; a registration lasts ``ttl_s`` (the home retention
+    plus a margin), renewed by later registrations. Home reads merge the
+    userlines of registered authors the reader follows, so every tweet that
+    skipped the fan-out is merged at read time for as long as it could have
+    been stored — also after the author dropped under the threshold."""
+
+    async def register(self, author: str, ttl_s: int) -> None:
+        """Record ``author`` (canonical) as large for ``ttl_s`` seconds."""
+
+    async def members(self) -> set[str]:
+        """Every registered author (canonical names) whose registration is live."""
 
 
 class Outbox(Protocol):

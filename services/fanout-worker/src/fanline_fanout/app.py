@@ -157,7 +157,8 @@ def create_app(settings: Settings) -> faust.App:
     social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
     tweets = TweetStoreClient(SERVICE, settings.peers.tweet_store_url, settings.peers.timeout_s)
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
-                              pages_in_flight=settings.pages_in_flight)
+                              pages_in_flight=settings.pages_in_flight,
+                              large_account_followers=settings.large_account_followers)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     metrics.set_build_info(SERVICE, __version__)
     # Export the usual dead-letter reasons at 0 from the start: a counter that

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
 
+DEFAULT_LARGE_ACCOUNT_FOLLOWERS = 10_000
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -25,6 +27,7 @@ class Settings:
     rebalance_timeout_s: float
     stuck_after_s: float
     data_dir: Path
+    large_account_followers: int | None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -59,4 +62,11 @@ class Settings:
             # faust keeps a small directory of its own (table metadata); without
             # this it would be created in the current directory.
             data_dir=Path(env.string("FANLINE_DATA_DIR", ".data")).resolve() / "fanout-worker",
+            # Authors with at least this many followers are merged into home
+            # timelines at read time instead of fanned out on write;
+            # FANLINE_HYBRID_FANOUT=false fans every author out on write.
+            large_account_followers=(
+                env.integer("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_LARGE_ACCOUNT_FOLLOWERS, minimum=1)
+                if env.boolean("FANLINE_HYBRID_FANOUT", True) else None
+            ),
         )

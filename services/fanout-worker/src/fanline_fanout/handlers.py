@@ -6,9 +6,15 @@ redelivered, replayed or late event (e.g. one the outbox relay published after
 a newer one) cannot resurrect what was undone:
 
 * TweetCreated — if the tweet still exists: the author's own row, then every
-  follower's, in pages, several pages in flight.
+  follower's, in pages, several pages in flight. An author with at least
+  ``large_account_followers`` followers (a *large account*) is registered
+  with tweet-store instead and only their own row is written: their tweets
+  are merged into followers' home timelines at read time
+  (``fanline_tweet_store.hybrid``).
 * TweetDeleted — remove the row from the author's and every follower's
-  timeline (rows that are not there are no-ops).
+  timeline (rows that are not there are no-ops); for a large account only
+  the author's own row (home reads drop deleted tweets anyway, and deleting
+  rows that were never written would only leave tombstones).
 * Followed — if still following: merge the author's recent tweets.
 * Unfollowed — if not following again: purge the author's tweets.
 """
@@ -27,14 +33,42 @@ from fanline_shared.errors import NotFound
 from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
+# A large account is re-registered with tweet-store at most this often per
+# worker process (tweet-store keeps a registration for the home retention
+# plus a day, see fanline_tweet_store.service.LARGE_REGISTRATION_MARGIN_S).
+REGISTRATION_REFRESH_S = 3600.0
+
 
 class FanoutHandlers:
     def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, *, page_size: int,
-                 pages_in_flight: int) -> None:
+                 pages_in_flight: int, large_account_followers: int | None = None) -> None:
+        """``large_account_followers``: authors with at least this many
+        followers are merged at read time instead of fanned out (None: every
+        author is fanned out on write)."""
         self._social = social
         self._tweets = tweets
         self._page_size = page_size
         self._in_flight = pages_in_flight
+        self._large_threshold = large_account_followers
+        self._registered: dict[str, float] = {}  # author -> monotonic time of the last registration
+
+    async def _is_large(self, author: str) -> bool:
+        if self._large_threshold is None:
+            return False
+        try:
+            profile = await self._social.get_user(author)
+        except NotFound:
+            return False
+        return int(profile.get("followers_count", 0)) >= self._large_threshold
+
+    async def _register_large(self, author: str) -> None:
+        now = time.monotonic()
+        last = self._registered.get(author)
+        if last is None or now - last > REGISTRATION_REFRESH_S:
+            await self._tweets.register_large_account(author)
+            if len(self._registered) > 100_000:
+                self._registered.clear()
+            self._registered[author] = now
 
     async def apply(self, event: Event) -> None:
         if isinstance(event, TweetCreated):
@@ -54,13 +88,24 @@ class FanoutHandlers:
         # during which the fan-out would write nothing.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers", self._page_size, None))
         try:
-            await self._tweets.check_tweet(tweet_id)
+            _, large = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._is_large(data.author))
         except BaseException as exc:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
             if isinstance(exc, NotFound):
                 return  # deleted before we got to it: nothing to deliver
             raise
+        if large:
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            # Registered before anything is acknowledged: home reads merge
+            # this author from now on, so the tweet cannot go missing.
+            await self._register_large(data.author)
+            await self._tweets.home_add(tweet_id, data.author, [data.author])
+            metrics.TIMELINE_ROWS_WRITTEN.inc()
+            metrics.FANOUT_SKIPPED_LARGE.inc()
+            _observe_delivery(data.created_at)
+            return
 
         async def write(page: list[str]) -> None:
             await self._tweets.home_add(tweet_id, data.author, page)
@@ -73,6 +118,8 @@ class FanoutHandlers:
         data = event.data
         tweet_id = str(data.tweet_id)
         await self._tweets.home_remove(tweet_id, [data.author])
+        if await self._is_large(data.author):
+            return
 
         async def remove(page: list[str]) -> None:
             await self._tweets.home_remove(tweet_id, page)

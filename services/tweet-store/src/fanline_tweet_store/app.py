@@ -20,13 +20,15 @@ from fanline_shared import metrics
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import event_to_json
+from fanline_shared.peers import SocialGraphClient, event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
 from .cache import CachedTweets
+from .cap import HomeCap
 from .config import Settings
+from .hybrid import HybridHome
 from .priority import ForegroundActivity
 from .service import TweetStore, tweet_json
 
@@ -95,17 +97,27 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         s = storage or open_storage(settings, activity)
         await s.start()
+        social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
+        cap = HomeCap(s.home, settings.home_max_rows)
+        hybrid = HybridHome(s.home, s.tweets, s.large, social.following_all,
+                            retention_s=settings.home_retention_s, policy=settings.hybrid)
         app.state.storage = s
+        app.state.cap = cap
         app.state.store = TweetStore(
             s,
             retention_s=settings.home_retention_s,
             idempotency_ttl_s=settings.idempotency_ttl_s,
             merge_count=settings.follow_merge_count,
+            hybrid=hybrid,
+            cap=cap,
         )
         metrics.set_build_info(SERVICE, __version__)
+        cap.start()
         try:
             yield
         finally:
+            await cap.stop()
+            await social.close()
             await s.close()
 
     async def create_tweet(request: Request) -> Response:
@@ -158,6 +170,14 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), _owners(body))
         return Response(status_code=204)
 
+    async def register_large(request: Request) -> Response:
+        body = await read_json_object(request)
+        author = body.get("author")
+        if not isinstance(author, str) or not is_valid_username(author):
+            raise InvalidInput("author must be a username", code="invalid_author")
+        await store(request).register_large_account(author)
+        return Response(status_code=204)
+
     async def home_merge(request: Request) -> Response:
         body = await read_json_object(request)
         author = str(body.get("author", ""))
@@ -183,6 +203,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/home/add", home_add, ["POST"]),
         route(SERVICE, "/internal/home/remove", home_remove, ["POST"]),
         route(SERVICE, "/internal/home/{username}/merge", home_merge, ["POST"]),
+        route(SERVICE, "/internal/large-accounts", register_large, ["POST"]),
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
         *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),

@@ -6,9 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fanline_shared import policies
-from fanline_shared.config import Env, HttpSettings, StorageSettings
+from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
+from .hybrid import HybridPolicy
+
+DEFAULT_HOME_MAX_ROWS = 800
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,9 @@ class Settings:
     home_write_calls: int
     home_write_batch_rows: int
     tweet_cache: TweetCachePolicy
+    home_max_rows: int
+    hybrid: HybridPolicy
+    peers: PeerSettings
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -57,4 +63,15 @@ class Settings:
                 size=env.integer("FANLINE_TWEET_CACHE_SIZE", DEFAULT_SIZE, minimum=0),
                 ttl_s=env.number("FANLINE_TWEET_CACHE_TTL_S", DEFAULT_TTL_S),
             ),
+            # Stored rows per home timeline (cap.py); older items are read
+            # from the followed accounts' userlines (hybrid.py).
+            home_max_rows=env.integer("FANLINE_HOME_MAX_ROWS", DEFAULT_HOME_MAX_ROWS, minimum=10),
+            # How stale the inputs of a home read may be (hybrid.py).
+            hybrid=HybridPolicy(
+                registry_ttl_s=env.number("FANLINE_LARGE_REGISTRY_CACHE_S", HybridPolicy.registry_ttl_s),
+                recent_ttl_s=env.number("FANLINE_LARGE_RECENT_CACHE_S", HybridPolicy.recent_ttl_s),
+                following_ttl_s=env.number("FANLINE_FOLLOWING_CACHE_S", HybridPolicy.following_ttl_s),
+            ),
+            # Home reads ask social-graph whom the reader follows.
+            peers=PeerSettings.from_env(env),
         )

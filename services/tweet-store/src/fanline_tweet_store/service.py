@@ -26,6 +26,8 @@ from fanline_shared.domain import (
 from fanline_shared.errors import Forbidden, NotFound
 
 from .adapters import TweetStoreStorage
+from .cap import HomeCap
+from .hybrid import HybridHome
 
 # Unfollow removes the author's tweets from the follower's timeline; it walks
 # the author's userline back to the retention horizon in pages of this size.
@@ -41,13 +43,22 @@ def tweet_json(tweet: Tweet) -> dict[str, Any]:
     }
 
 
+# A large account stays registered this long past the retention of its
+# last skipped tweet: the worker re-registers an author at most once per
+# this interval (fanline_fanout.handlers), so the registration must outlive it.
+LARGE_REGISTRATION_MARGIN_S = 24 * 3600
+
+
 class TweetStore:
     def __init__(self, storage: TweetStoreStorage, *, retention_s: int, idempotency_ttl_s: int,
-                 merge_count: int) -> None:
+                 merge_count: int, hybrid: HybridHome, cap: HomeCap) -> None:
         self._s = storage
+        self._retention_s = retention_s
         self._retention = timedelta(seconds=retention_s)
         self._idem_ttl = idempotency_ttl_s
         self._merge_count = merge_count
+        self._hybrid = hybrid
+        self._cap = cap
 
     async def post(self, username: str, body: object, idempotency_key: str | None) -> tuple[Tweet, bool, OutboxEvent]:
         """Store a tweet; with a key, a repeat returns the first tweet.
@@ -95,7 +106,7 @@ class TweetStore:
         cursor is the last id of the slice, so paging stays exact."""
         if kind == "home":
             assert owner is not None
-            ids = await self._s.home.slice(owner, limit + 1, before)
+            ids = await self._hybrid.ids(owner, limit + 1, before)
         elif kind == "user":
             assert owner is not None
             ids = await self._s.tweets.userline(owner, limit + 1, before)
@@ -114,6 +125,12 @@ class TweetStore:
 
     async def home_add(self, tweet_id: uuid.UUID, author: str, owners: Sequence[str]) -> None:
         await self._s.home.add(owners, tweet_id, author)
+        self._cap.wrote(owners, tweet_id)
+
+    async def register_large_account(self, author: str) -> None:
+        """``author``'s tweets skip the fan-out: merge them at read time for
+        as long as any of them can be in a home timeline."""
+        await self._s.large.register(validate_username(author), self._retention_s + LARGE_REGISTRATION_MARGIN_S)
 
     async def home_remove(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> None:
         await self._s.home.remove(owners, tweet_id)
@@ -124,6 +141,7 @@ class TweetStore:
         horizon = utcnow() - self._retention
         recent = [(i, author) for i in ids if timeuuid_time(i) > horizon]
         await self._s.home.add_many(owner, recent)
+        self._cap.schedule([owner])
         return len(recent)
 
     async def home_purge(self, owner: str, author: str) -> int:

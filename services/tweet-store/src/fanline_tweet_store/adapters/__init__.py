@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fanline_shared import policies
 from fanline_shared.config import StorageSettings
-from fanline_shared.ports import HomeTimelineRepository, Lifecycle, Outbox, TweetRepository
+from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, Lifecycle, Outbox, TweetRepository
 
 OWNER = "tweet_store"
 
@@ -25,6 +25,7 @@ class TweetStoreStorage:
     home: HomeTimelineRepository
     outbox: Outbox
     engine: Lifecycle = field(repr=False)
+    large: LargeAccountRegistry = field(repr=False)
 
     async def start(self) -> None:
         """Connect and create or migrate the schema (idempotent)."""

@@ -64,6 +64,7 @@ from fanline_shared.cassandra import (
 )
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time, utcnow
+from fanline_shared.ports import HomeWindow
 
 from . import OWNER, TweetStoreStorage
 
@@ -119,7 +120,20 @@ CREATE TABLE IF NOT EXISTS {keyspace}.idempotency (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS)
+# Bounded home timelines and large accounts (docs/architecture.md, "Large
+# accounts, inactive users, bounded storage"): the horizon of each home
+# timeline is a static column, so it comes back with every slice at no extra
+# query; the registry of large accounts is one small partition.
+HYBRID_MIGRATION = """
+ALTER TABLE {keyspace}.home_timeline ADD IF NOT EXISTS horizon timeuuid static;
+CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
+    shard int,
+    author_lc text,
+    PRIMARY KEY (shard, author_lc)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, HYBRID_MIGRATION)
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
@@ -385,9 +399,17 @@ class CassandraHomeTimeline(Repository):
             write=True)
         self._delete = prepare(
             session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
-        self._slice = prepare(session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._slice = prepare(session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
         self._slice_before = prepare(
-            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
+            session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
+        self._horizon = prepare(session, f"SELECT horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        # Trimming: one range tombstone below the oldest kept row, and the
+        # horizon written with the *boundary tweet's* time as its write
+        # timestamp, so the highest horizon wins whatever order trims land in.
+        self._trim = prepare(
+            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ?", write=True)
+        self._set_horizon = prepare(
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET horizon = ? WHERE owner_lc = ?", write=True)
 
     def _ttl(self, tweet_id: uuid.UUID, now: datetime) -> int:
         """Seconds this tweet's rows still have to live (0: do not write).
@@ -451,14 +473,59 @@ class CassandraHomeTimeline(Repository):
                                for chunk in _chunks(rows, _BATCH_ROWS)))
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        return (await self.window(owner, limit, before)).ids
+
+    async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
         if limit <= 0:
-            return []
+            return HomeWindow([], None)
+        owner_lc = canonical(owner)
         if before is None:
-            rows = await execute(self._session, self._slice, (canonical(owner), limit), name="home_slice")
+            rows = await execute(self._session, self._slice, (owner_lc, limit), name="home_slice")
         else:
-            rows = await execute(self._session, self._slice_before, (canonical(owner), before, limit),
-                                 name="home_slice")
-        return [r.tweet_id for r in rows]
+            rows = await execute(self._session, self._slice_before, (owner_lc, before, limit), name="home_slice")
+        if not rows and before is not None:
+            # No row below ``before``: the static horizon did not come back
+            # with any row, so ask for it (only on this, the last, page).
+            rows = await execute(self._session, self._horizon, (owner_lc,), name="home_horizon")
+            return HomeWindow([], rows[0].horizon if rows else None)
+        # A partition holding only its static horizon answers one row whose
+        # tweet_id is null.
+        return HomeWindow([r.tweet_id for r in rows if r.tweet_id is not None], rows[0].horizon if rows else None)
+
+    async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        owner_lc = canonical(owner)
+        rows = await execute(self._session, self._slice, (owner_lc, keep + 1), name="home_trim_scan")
+        ids = [r.tweet_id for r in rows if r.tweet_id is not None]
+        if len(ids) <= keep:
+            return None
+        boundary = ids[keep - 1]
+        write_ts = _micros(timeuuid_time(boundary))
+        await execute(self._session, batch([(self._trim, (owner_lc, boundary)),
+                                            (self._set_horizon, (write_ts, boundary, owner_lc))]),
+                      name="home_trim")
+        return boundary
+
+
+def _micros(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000)
+
+
+class CassandraLargeAccounts(Repository):
+    """The registry of large accounts: one partition, rows with a TTL."""
+
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        self._register = prepare(
+            session, f"INSERT INTO {ks}.large_accounts (shard, author_lc) VALUES (0, ?) USING TTL ?", write=True)
+        self._members = prepare(session, f"SELECT author_lc FROM {ks}.large_accounts WHERE shard = 0")
+
+    async def register(self, author: str, ttl_s: int) -> None:
+        await execute(self._session, self._register, (canonical(author), max(1, min(ttl_s, MAX_TTL))),
+                      name="large_register")
+
+    async def members(self) -> set[str]:
+        rows = await execute(self._session, self._members, name="large_members")
+        return {r.author_lc for r in rows}
 
 
 def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
@@ -475,4 +542,5 @@ def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
                                    home_write_batch_rows, home_write_pace),
         outbox=outbox,
         engine=keyspace,
+        large=CassandraLargeAccounts(keyspace),
     )

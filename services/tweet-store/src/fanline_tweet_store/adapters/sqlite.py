@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
+from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
     SqliteDatabase,
@@ -65,7 +66,22 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+# Bounded home timelines and large accounts: each owner's horizon (the
+# oldest id its stored rows are trusted down to) and the registry of authors
+# whose tweets are merged at read time.
+HYBRID_MIGRATION = """
+CREATE TABLE IF NOT EXISTS home_meta (
+    owner_lc TEXT PRIMARY KEY,
+    horizon_key TEXT NOT NULL,
+    horizon TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS large_accounts (
+    author_lc TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, HYBRID_MIGRATION)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
@@ -283,19 +299,48 @@ class SqliteHomeTimeline:
         )
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
-        if limit <= 0:
-            return []
-        params = (canonical(owner), _bound(before), now_ms(), limit)
+        return (await self.window(owner, limit, before)).ids
 
-        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+    async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
+        if limit <= 0:
+            return HomeWindow([], None)
+        owner_lc = canonical(owner)
+        params = (owner_lc, _bound(before), now_ms(), limit)
+
+        def read(conn: sqlite3.Connection) -> HomeWindow:
             rows = conn.execute(
                 "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key < ? AND expires_at > ? "
                 "ORDER BY sort_key DESC LIMIT ?",
                 params,
             )
-            return [uuid.UUID(r[0]) for r in rows]
+            ids = [uuid.UUID(r[0]) for r in rows]
+            meta = conn.execute("SELECT horizon FROM home_meta WHERE owner_lc = ?", (owner_lc,)).fetchone()
+            return HomeWindow(ids, uuid.UUID(meta[0]) if meta else None)
 
         return await self.db.run(read, name="home_slice", write=False)
+
+    async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        owner_lc = canonical(owner)
+
+        def write(conn: sqlite3.Connection) -> uuid.UUID | None:
+            rows = conn.execute(
+                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? "
+                "ORDER BY sort_key DESC LIMIT 2 OFFSET ?",
+                (owner_lc, keep - 1),
+            ).fetchall()
+            if len(rows) < 2:  # ``keep`` rows or fewer
+                return None
+            key, tweet_id = rows[0]
+            conn.execute("DELETE FROM home_timeline WHERE owner_lc = ? AND sort_key < ?", (owner_lc, key))
+            conn.execute(
+                "INSERT INTO home_meta (owner_lc, horizon_key, horizon) VALUES (?, ?, ?) "
+                "ON CONFLICT (owner_lc) DO UPDATE SET horizon_key = excluded.horizon_key, horizon = excluded.horizon "
+                "WHERE excluded.horizon_key > home_meta.horizon_key",
+                (owner_lc, key, tweet_id),
+            )
+            return uuid.UUID(tweet_id)
+
+        return await self.db.run(write, name="home_trim")
 
     async def purge(self) -> None:
         """Delete expired rows (bounded; runs at start and every few hundred writes)."""
@@ -309,6 +354,30 @@ def _purge(conn: sqlite3.Connection) -> None:
     )
 
 
+class SqliteLargeAccounts:
+    """The registry of large accounts, rows with an expiry."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def register(self, author: str, ttl_s: int) -> None:
+        params = (canonical(author), now_ms() + ttl_s * 1000)
+        await self.db.run(
+            lambda conn: conn.execute(
+                "INSERT INTO large_accounts (author_lc, expires_at) VALUES (?, ?) "
+                "ON CONFLICT (author_lc) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
+                params),
+            name="large_register")
+
+    async def members(self) -> set[str]:
+        now = now_ms()
+
+        def read(conn: sqlite3.Connection) -> set[str]:
+            return {r[0] for r in conn.execute("SELECT author_lc FROM large_accounts WHERE expires_at > ?", (now,))}
+
+        return await self.db.run(read, name="large_members", write=False)
+
+
 def build_sqlite_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
     db = SqliteDatabase.for_owner(settings, OWNER)
     home = SqliteHomeTimeline(db, home_retention_s)
@@ -317,4 +386,5 @@ def build_sqlite_storage(settings: StorageSettings, *, home_retention_s: int) ->
         home=home,
         outbox=SqliteOutbox(db),
         engine=SqliteEngine(db, home),
+        large=SqliteLargeAccounts(db),
     )

@@ -1,0 +1,84 @@
+"""Contract of the home-timeline cap (``trim``/``window``) and of the large-account
+registry (tweet-store), run against every adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from fanline_tweet_store.adapters import TweetStoreStorage
+
+from .support import Names
+from .test_home_timeline import newest_first, recent_ids
+
+
+async def _fill(store: TweetStoreStorage, owner: str, ids: list[uuid.UUID], author: str) -> None:
+    await store.home.add_many(owner, [(i, author) for i in ids])
+
+
+async def test_window_of_an_untrimmed_timeline_has_no_horizon(tweet_store: TweetStoreStorage, names: Names) -> None:
+    owner, author = names.user(), names.user()
+    ids = recent_ids(5)
+    await _fill(tweet_store, owner, ids, author)
+    window = await tweet_store.home.window(owner, 3, None)
+    assert window.ids == newest_first(ids)[:3]
+    assert window.horizon is None
+    assert (await tweet_store.home.window(names.user(), 3, None)) == ([], None)
+
+
+async def test_trim_keeps_the_newest_rows_and_sets_the_horizon(tweet_store: TweetStoreStorage,
+                                                               names: Names) -> None:
+    owner, author = names.user(), names.user()
+    ids = newest_first(recent_ids(25))
+    await _fill(tweet_store, owner, ids, author)
+    assert await tweet_store.home.trim(owner, 30) is None  # under the cap: nothing to do
+    assert await tweet_store.home.trim(owner.upper(), 10) == ids[9]
+    assert await tweet_store.home.slice(owner, 100, None) == ids[:10]
+    window = await tweet_store.home.window(owner, 100, None)
+    assert window == (ids[:10], ids[9])
+    # Paging: the horizon comes back on every page, also past the last row.
+    assert (await tweet_store.home.window(owner, 4, ids[5])) == (ids[6:10], ids[9])
+    assert (await tweet_store.home.window(owner, 4, ids[9])) == ([], ids[9])
+    assert await tweet_store.home.trim(owner, 10) is None  # already at the cap
+
+
+async def test_horizon_only_rises(tweet_store: TweetStoreStorage, names: Names) -> None:
+    owner, author = names.user(), names.user()
+    ids = newest_first(recent_ids(30))
+    await _fill(tweet_store, owner, ids, author)
+    assert await tweet_store.home.trim(owner, 10) == ids[9]
+    # A row below the horizon written back later (a late or replayed event)
+    # and a trim to a deeper cap must not lower the horizon.
+    await _fill(tweet_store, owner, ids[10:25], author)
+    await tweet_store.home.trim(owner, 20)
+    assert (await tweet_store.home.window(owner, 1, None)).horizon == ids[9]
+
+
+async def test_concurrent_trims_leave_the_highest_horizon(tweet_store: TweetStoreStorage, names: Names) -> None:
+    owner, author = names.user(), names.user()
+    ids = newest_first(recent_ids(40))
+    await _fill(tweet_store, owner, ids, author)
+    results = await asyncio.gather(*(tweet_store.home.trim(owner, keep) for keep in (30, 20, 10, 25)))
+    assert ids[9] in results
+    window = await tweet_store.home.window(owner, 100, None)
+    assert window.horizon == ids[9]
+    assert window.ids == ids[:10]
+
+
+async def test_large_account_registry(tweet_store: TweetStoreStorage, names: Names) -> None:
+    big, other = names.user(), names.user()
+    before = await tweet_store.large.members()
+    await tweet_store.large.register(big.upper(), 3600)
+    await tweet_store.large.register(big, 3600)  # renewed, still one member
+    members = await tweet_store.large.members()
+    assert big.lower() in members
+    assert other.lower() not in members
+    assert members - before == {big.lower()}
+
+
+async def test_large_account_registration_expires(tweet_store: TweetStoreStorage, names: Names) -> None:
+    brief = names.user()
+    await tweet_store.large.register(brief, 1)
+    assert brief.lower() in await tweet_store.large.members()
+    await asyncio.sleep(2.2)
+    assert brief.lower() not in await tweet_store.large.members()
