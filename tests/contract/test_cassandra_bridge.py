@@ -145,7 +145,7 @@ async def test_concurrent_migrations_of_one_keyspace(real_infra: Any, tmp_path: 
 async def test_finished_requests_are_not_cyclic_garbage(session: Session) -> None:
     """Each statement must be freed by reference counting alone: cyclic
     garbage per statement turns into GC pauses on every service's event loop
-    under fan-out (see ``fanline_shared.cassandra._release``)."""
+    under fan-out (see ``fanline_shared.cassandra.callbacks._release``)."""
     insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
     await fc.execute(session, select, (3, 0), name="t")  # warm: row classes, plans

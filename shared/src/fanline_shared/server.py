@@ -36,7 +36,7 @@ def tune_gc_after_startup() -> None:
     of every request in flight; frozen, they took a median 14 ms. (Raising
     the young-generation threshold to 10,000 was tried too: more total GC time,
     so the thresholds stay Python's.) Most of that garbage was the driver's
-    per-request reference cycles, which ``cassandra._release`` now breaks."""
+    per-request reference cycles, which ``cassandra.callbacks._release`` now breaks."""
     gc.collect()
     gc.freeze()
 

@@ -1,0 +1,187 @@
+"""The transactional outbox of every owning service, over Cassandra.
+
+``OUTBOX_MIGRATIONS`` create ``outbox`` (events by shard and minute) and
+``outbox_minutes`` (which minutes may hold events); ``CassandraOutbox`` is the
+``Outbox`` port over them: owning adapters write an event's index and row,
+the relay reads pending events oldest first and acknowledges them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from ..domain import OutboxEvent, min_timeuuid, timeuuid_sort_key, timeuuid_time
+from ..errors import Unavailable
+from .bridge import execute, execute_concurrent
+from .connection import prepare
+from .timeutil import unix_minute
+
+OUTBOX_SHARDS = 8
+# An event row is written within this long of its id's timestamp (ids are made
+# right before the write; requests time out after seconds). Only buckets older
+# than that may be dropped from the bucket index once empty.
+OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
+# Writers skip re-indexing a minute they indexed themselves only this recently.
+_INDEX_TRUST_MINUTES = 5
+
+
+OUTBOX_MIGRATIONS = (
+    # Events partitioned by (shard, minute of the event id) so that no partition
+    # grows without bound and the tombstones left by acks stay in closed
+    # minutes that the relay stops reading. A resurrected outbox row (a
+    # tombstone purged before it reached every replica) only re-publishes an
+    # idempotent event, so a short gc_grace_seconds is safe; unpublished events
+    # expire after 7 days.
+    """
+    CREATE TABLE IF NOT EXISTS {keyspace}.outbox (
+        shard int,
+        minute bigint,
+        event_id timeuuid,
+        key text,
+        payload blob,
+        PRIMARY KEY ((shard, minute), event_id)
+    ) WITH CLUSTERING ORDER BY (event_id ASC)
+      AND gc_grace_seconds = 3600
+      AND default_time_to_live = 604800;
+    """,
+    # Which minutes of a shard may still hold events: written before the event,
+    # removed by the relay once a closed minute is empty (no TTL: an index row
+    # must not expire before the events it points to). Ascending, so the relay
+    # reads the oldest first.
+    """
+    CREATE TABLE IF NOT EXISTS {keyspace}.outbox_minutes (
+        shard int,
+        minute bigint,
+        PRIMARY KEY (shard, minute)
+    ) WITH CLUSTERING ORDER BY (minute ASC)
+      AND gc_grace_seconds = 3600;
+    """,
+)
+
+
+def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
+    """``(shard, minute)`` of an event: shard from the id's random node bits."""
+    return event_id.int % OUTBOX_SHARDS, unix_minute(timeuuid_time(event_id))
+
+
+class CassandraOutbox:
+    """The ``Outbox`` port over ``outbox`` + ``outbox_minutes`` of one keyspace.
+
+    Owning adapters store an event with ``ensure_index(event)`` followed by
+    ``row_write(event)`` (inside their own batch); this class reads and
+    acknowledges them.
+    """
+
+    def __init__(self, keyspace: str) -> None:
+        self.keyspace = keyspace
+        self.session: Session | None = None
+        self._indexed: set[tuple[int, int]] = set()
+
+    def prepare(self, session: Session) -> None:
+        """Blocking: prepare the statements (call from ``to_thread``)."""
+        ks = self.keyspace
+        self.session = session
+        self._insert = prepare(
+            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload) VALUES (?, ?, ?, ?, ?)",
+            write=True)
+        self._insert_minute = prepare(
+            session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
+        self._minutes = prepare(
+            session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
+        self._read = prepare(
+            session,
+            f"SELECT event_id, key, payload FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
+            "LIMIT ?")
+        self._delete = prepare(
+            session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
+        self._delete_minute = prepare(
+            session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
+
+    def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
+        """The write of the event's row (callers put it in their own batch)."""
+        shard, minute = outbox_partition(event.id)
+        return self._insert, (shard, minute, event.id, event.key, event.payload)
+
+    async def ensure_index(self, event: OutboxEvent) -> None:
+        """Record the event's minute in ``outbox_minutes``: before (or with) the
+        row, so a crash never leaves a row the relay cannot find.
+
+        Each process remembers the minutes it indexed recently and skips
+        rewriting them (one index write per shard-minute instead of one per
+        event). Only recent minutes are trusted: the relay may drop the index
+        row of a minute once it is closed and empty."""
+        index = self.index_write(event)
+        if index is None:
+            return
+        await execute(self._session(), index[0], index[1], name="outbox_index")
+        self.remember_index(event)
+
+    def index_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]] | None:
+        """The index write ``ensure_index`` would do, or None if this process
+        indexed the event's minute recently; for callers that put it in the
+        same (logged) batch as the row. Call ``remember_index`` once written."""
+        shard, minute = outbox_partition(event.id)
+        if (shard, minute) in self._indexed and minute >= unix_minute(datetime.now(UTC)) - _INDEX_TRUST_MINUTES:
+            return None
+        return self._insert_minute, (shard, minute)
+
+    def remember_index(self, event: OutboxEvent) -> None:
+        if len(self._indexed) > 4096:
+            self._indexed.clear()
+        self._indexed.add(outbox_partition(event.id))
+
+    async def append(self, event: OutboxEvent) -> None:
+        """Store one event on its own (index first)."""
+        await self.ensure_index(event)
+        stmt, params = self.row_write(event)
+        await execute(self._session(), stmt, params, name="outbox_append")
+
+    def _session(self) -> Session:
+        if self.session is None:
+            raise Unavailable("cassandra: outbox not started")
+        return self.session
+
+    async def pending(self, older_than: datetime, limit: int) -> list[OutboxEvent]:
+        if limit <= 0:
+            return []
+        session = self._session()
+        # Strictly older than ``older_than``: below its smallest timeuuid.
+        bound = min_timeuuid(older_than)
+        last_minute = unix_minute(older_than)
+        closed_before = unix_minute(datetime.now(UTC) - OUTBOX_CLOSE_AFTER)
+        per_shard = await asyncio.gather(
+            *(self._pending_shard(session, shard, bound, last_minute, closed_before, limit)
+              for shard in range(OUTBOX_SHARDS))
+        )
+        merged = heapq.merge(*per_shard, key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
+        return [event for event, _ in zip(merged, range(limit), strict=False)]
+
+    async def _pending_shard(self, session: Session, shard: int, bound: uuid.UUID, last_minute: int,
+                             closed_before: int, limit: int) -> list[OutboxEvent]:
+        minutes = await execute(session, self._minutes, (shard, last_minute, 10_000), name="outbox_minutes")
+        events: list[OutboxEvent] = []
+        for row in minutes:
+            rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)),
+                                 name="outbox_pending")
+            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload)) for r in rows)
+            if not rows and row.minute < closed_before:
+                # Closed and drained: stop reading it on every sweep.
+                await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")
+            if len(events) >= limit:
+                break
+        events.sort(key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
+        return events
+
+    async def ack(self, event_ids: Sequence[uuid.UUID]) -> None:
+        if not event_ids:
+            return
+        params = [(*outbox_partition(event_id), event_id) for event_id in dict.fromkeys(event_ids)]
+        await execute_concurrent(self._session(), self._delete, params, name="outbox_ack", concurrency=32)
