@@ -39,6 +39,16 @@ FAST_ENV = {
 }
 
 
+# The small thresholds of the new api.md section ("Large accounts, inactive
+# users, bounded storage"): authors with 3 followers are merged at read time
+# and home timelines keep 10 stored rows, so every rule is exercised by small
+# tests. The whole ``system`` suite also runs with them (the "-small" params).
+SMALL_ENV = {
+    "FANLINE_LARGE_ACCOUNT_FOLLOWERS": "3",
+    "FANLINE_HOME_MAX_ROWS": "10",
+}
+
+
 def real_env(infra: Any, tag: str) -> dict[str, str]:
     """Settings that isolate one real-engine system: its own keyspaces,
     topics and consumer group on the shared engines."""
@@ -83,9 +93,43 @@ def real_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     system.stop()
 
 
-@pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
+@pytest.fixture(scope="session")
+def embedded_small_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    system = make_system("embedded", 18100, tmp_path_factory.mktemp("embedded-small"), **SMALL_ENV)
+    system.start()
+    yield system
+    system.stop()
+
+
+@pytest.fixture(scope="session")
+def real_small_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    system = make_system("real", 28100, tmp_path_factory.mktemp("real-small"), real_infra, **SMALL_ENV)
+    system.start(timeout=180)
+    yield system
+    system.stop()
+
+
+@pytest.fixture(params=[
+    "embedded",
+    pytest.param("real", marks=pytest.mark.real_infra),
+    "embedded-small",
+    pytest.param("real-small", marks=pytest.mark.real_infra),
+])
 def system(request: pytest.FixtureRequest) -> System:
-    return request.getfixturevalue(f"{request.param}_system")  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_system")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["embedded-small", pytest.param("real-small", marks=pytest.mark.real_infra)])
+def small_system(request: pytest.FixtureRequest) -> System:
+    """A system with the small thresholds of ``SMALL_ENV``."""
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_system")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def small_api(small_system: System) -> Iterator[Api]:
+    client = Api(small_system.url())
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -215,3 +215,64 @@ async def test_a_dead_letter_that_cannot_be_written_is_retried_not_lost(monkeypa
     dlq = FlakyTopic(failures=3)
     await Processor(handlers, dlq, max_attempts=1).process(b"k", b"garbage", {})
     assert len(dlq.sent) == 1 and dlq.failures == 0
+
+
+# --- large accounts (merged at read time) -------------------------------------------
+
+
+class CountingSocial(FakeSocial):
+    async def get_user(self, username: str) -> dict[str, Any]:
+        if username not in self.followers:
+            raise NotFound("no such user", code="user_not_found")
+        return {"username": username, "followers_count": len(self.followers[username])}
+
+
+class RegisteringTweets(FakeTweets):
+    def __init__(self) -> None:
+        super().__init__()
+        self.registered: list[str] = []
+
+    async def register_large_account(self, author: str) -> None:
+        self.registered.append(author)
+
+
+def make_hybrid(followers: int, threshold: int) -> tuple[FanoutHandlers, CountingSocial, RegisteringTweets]:
+    social = CountingSocial({"star": [f"f{i:05d}" for i in range(followers)]})
+    tweets = RegisteringTweets()
+    handlers = FanoutHandlers(social, tweets, page_size=100, pages_in_flight=2,  # type: ignore[arg-type]
+                              large_account_followers=threshold)
+    return handlers, social, tweets
+
+
+@pytest.mark.parametrize(("followers", "large"), [(9, False), (10, True), (500, True)])
+async def test_authors_at_the_threshold_are_registered_not_fanned_out(followers: int, large: bool) -> None:
+    handlers, _social, tweets = make_hybrid(followers, threshold=10)
+    tid = new_timeuuid()
+    tweets.tweets.add(str(tid))
+    await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
+    owners_with_row = {o for o, ids in tweets.rows.items() if str(tid) in ids}
+    if large:
+        assert tweets.registered == ["star"]
+        assert owners_with_row == {"star"}  # only the author's own row
+    else:
+        assert tweets.registered == []
+        assert len(owners_with_row) == followers + 1
+
+
+async def test_a_large_account_is_registered_once_per_refresh_interval() -> None:
+    handlers, _social, tweets = make_hybrid(20, threshold=10)
+    for _ in range(3):
+        tid = new_timeuuid()
+        tweets.tweets.add(str(tid))
+        await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
+    assert tweets.registered == ["star"]
+
+
+async def test_a_deleted_large_account_tweet_removes_only_the_authors_row() -> None:
+    handlers, social, tweets = make_hybrid(20, threshold=10)
+    tid = new_timeuuid()
+    tweets.rows["star"] = {str(tid)}
+    served = social.pages_served
+    await handlers.apply(events.decode(events.tweet_deleted(tid, "star").payload))
+    assert tweets.rows["star"] == set()
+    assert social.pages_served == served  # no follower was paged: no tombstones for rows never written
