@@ -1,7 +1,7 @@
 """Fanline benchmarks (issue 4): ``python -m bench.run`` / ``make bench``.
 
 Measures, in one run against the real Cassandra and Kafka started by
-``deploy/local/infra.py``: post latency vs follower count (ours and a
+``deploy/local/infra``: post latency vs follower count (ours and a
 Twissandra-style synchronous baseline), fan-out throughput (worker, bare
 driver, cassandra-stress), 1/2/4-worker scaling, delivery lag, the home
 timeline read path vs its raw CQL, and the peak RSS of every service.

@@ -4,7 +4,7 @@
     python -m bench.run --quick    # smoke run (a few minutes): bench/results/quick/
     python bench/run.py --quick    # the same
 
-Starts (or reuses) the real Cassandra and Kafka through deploy/local/infra.py,
+Starts (or reuses) the real Cassandra and Kafka through deploy/local/infra,
 starts its own isolated system (keyspaces ``bench_<tag>_*``, topics
 ``bench.<tag>.*``, consumer group ``bench-<tag>``, ports from ``--base-port``),
 runs every phase, writes the results JSON (latest + dated copy) and the
