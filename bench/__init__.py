@@ -10,5 +10,9 @@ Modules: ``stats`` (percentiles), ``results`` (the JSON schema, targets and
 writer), ``report`` (docs/benchmarks.md and the plots), ``seed`` (users and
 follower edges), ``baseline`` (the synchronous fan-out endpoint), ``driver``
 (bare-driver measurements), ``procs`` (service processes, RSS, metrics,
-py-spy), ``stress`` (cassandra-stress), ``run`` (the phases and the CLI).
+py-spy), ``stress`` (cassandra-stress), ``common`` (the plan, constants,
+progress), ``harness`` (``Bench``: the system, session, accounts and helpers
+every phase uses), ``phases`` (one module per phase: ``ceiling``,
+``cassandra_stress``, ``scaling``, ``post_latency``, ``delivery_lag``,
+``read_path``, ``profile``), ``run`` (the orchestrator and the CLI).
 """
