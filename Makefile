@@ -13,7 +13,7 @@ PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e servic
 # Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
 KUBECONFORM_VERSION := v0.7.0
 KUSTOMIZE_VERSION   := v5.7.1
-INFRA  := $(PYTHON) deploy/local/infra.py
+INFRA  := $(PYTHON) deploy/local/infra
 
 .PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
 

@@ -107,7 +107,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         ["load average (1 min) during the run", f"min {fmt(load.get('min'), 2)}, mean {fmt(load.get('mean'), 2)}, "
                                                  f"max {fmt(load.get('max'), 2)} ({fmt(load.get('samples'))} samples)"],
         ["OS", m.get("platform", "—")],
-        ["Cassandra / Kafka", f"{v.get('cassandra', '—')} / {v.get('kafka', '—')} (deploy/local/infra.py, one node each)"],
+        ["Cassandra / Kafka", f"{v.get('cassandra', '—')} / {v.get('kafka', '—')} (deploy/local/infra, one node each)"],
         ["Python / cassandra-driver / faust-streaming", f"{v.get('python', '—')} / {v.get('cassandra_driver', '—')} / "
                                                          f"{v.get('faust', '—')}"],
         ["cassandra-stress", v.get("cassandra_stress", "—")],
@@ -369,7 +369,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     add("```sh\nmake bench         # the full run (tens of minutes); rewrites this page and bench/results/\n"
         "make bench-quick   # a short smoke run; writes bench/results/quick/ only\n```")
     add("")
-    add("Both start (or reuse) the real engines with `deploy/local/infra.py` and start their own isolated "
+    add("Both start (or reuse) the real engines with `deploy/local/infra` and start their own isolated "
         "system (own keyspaces, topics and consumer group, ports from 30000), then drop their keyspaces.")
     add("")
     return "\n".join(out)

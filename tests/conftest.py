@@ -3,7 +3,7 @@
 Real infrastructure
 -------------------
 ``real_infra`` (session scope) gives tests a real Apache Cassandra and Apache
-Kafka, started once per session through ``deploy/local/infra.py`` (Maven
+Kafka, started once per session through ``deploy/local/infra`` (Maven
 Central artifacts, no Docker). Tests that use it carry the ``real_infra``
 marker, so ``-m "not real_infra"`` deselects them.
 
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 INFRA_DIR = REPO / "deploy" / "local"
 
 _MARKERS = (
-    "real_infra: needs the real Cassandra and Kafka started by deploy/local/infra.py",
+    "real_infra: needs the real Cassandra and Kafka started by deploy/local/infra",
     "e2e: runs the whole system as processes",
     "slow: takes more than a few seconds",
 )
@@ -50,7 +50,7 @@ class RealInfra:
     kafka_bootstrap: str  # "host:port"
     cassandra_version: str
     kafka_version: str
-    # The launcher (deploy/local/infra.py LocalInfra), for tests that stop and
+    # The launcher (deploy/local/infra LocalInfra), for tests that stop and
     # start an engine (e.g. a Kafka outage). None when the engines are external.
     control: Any = None
 
@@ -86,7 +86,7 @@ def _flag(name: str) -> bool:
 def _load_infra_module() -> Any:
     if str(INFRA_DIR) not in sys.path:
         sys.path.insert(0, str(INFRA_DIR))
-    import infra  # deploy/local/infra.py (stdlib only)
+    import infra  # deploy/local/infra (stdlib only)
 
     return infra
 
@@ -102,7 +102,7 @@ def real_infra() -> Iterator[RealInfra]:
     except ImportError as exc:
         if required:
             raise
-        pytest.skip(f"deploy/local/infra.py cannot be imported: {exc}")
+        pytest.skip(f"deploy/local/infra cannot be imported: {exc}")
 
     local = module.LocalInfra()
     started: list[str] = []

@@ -2,7 +2,7 @@
 
 ``system`` is parametrized: ``embedded`` (SQLite + the tansu broker, exactly
 what ``make run`` starts) and ``real`` (real Cassandra + Kafka from
-deploy/local/infra.py). Each backend's system is started once per session;
+deploy/local/infra). Each backend's system is started once per session;
 tests use fresh usernames so they never see each other's data. Fault tests
 (killing the worker, stopping the broker) start their own ``System``.
 """

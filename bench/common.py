@@ -1,0 +1,108 @@
+"""What the whole benchmark shares: the run's size (``Plan``: ``QUICK`` and
+``FULL``), the constants of the isolated system, progress on stderr
+(``say``, elapsed since import) and the authors spread over the events
+topic's partitions (``balanced_authors``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+from . import results
+
+GROUPS = results.FOLLOWER_COUNTS
+PASSWORD = "bench-author-pw"
+RETENTION_S = 30 * 24 * 3600
+PARTITIONS = 8
+
+# Cheap argon2 for the accounts the harness creates (as the e2e tests do):
+# posting and reading never hash, only sign-up and log-in do.
+SYSTEM_ENV = {
+    "FANLINE_ARGON2_TIME_COST": "1",
+    "FANLINE_ARGON2_MEMORY_KIB": "8192",
+    "FANLINE_ARGON2_PARALLELISM": "1",
+    "FANLINE_LOG_LEVEL": "WARNING",
+    "FANLINE_KAFKA_IDEMPOTENCE": "true",
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything a run does."""
+
+    mode: str
+    posts_per_group: int  # ours, per follower count
+    sync_posts: tuple[int, int, int, int]  # baseline, per follower count
+    post_gap_s: float
+    backlog_authors: int
+    backlog_followers: int
+    backlog_tweets: int
+    tune_rows: int
+    tune_concurrencies: tuple[int, ...]
+    stress_ops: int
+    stress_threads: int
+    lag_authors: int
+    lag_rate: float
+    lag_duration_s: float
+    lag_sweep_rates: tuple[float, ...]
+    lag_sweep_duration_s: float
+    read_rate: float
+    read_block_s: float
+    read_blocks: int
+    readers: int
+    profile_s: int
+    drain_timeout_s: float
+
+
+# Sized for a 2-core machine shared with other jobs, where one Cassandra node
+# takes roughly 10k writes/s: the full run takes about a quarter of an hour.
+QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_gap_s=0.05,
+             backlog_authors=8, backlog_followers=2000, backlog_tweets=16, tune_rows=4000,
+             tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
+             lag_duration_s=16, lag_sweep_rates=(2.0,), lag_sweep_duration_s=8, read_rate=20, read_block_s=3,
+             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600)
+FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
+            backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
+            tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,
+            lag_rate=0.5, lag_duration_s=120, lag_sweep_rates=(2.0, 4.0), lag_sweep_duration_s=60, read_rate=40,
+            read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600)
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- progress ------------------------------------------------------------------------------
+
+_T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(f"[bench +{time.monotonic() - _T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# --- small helpers -----------------------------------------------------------------------
+
+
+def partition_of(key: str, partitions: int = PARTITIONS) -> int:
+    from aiokafka.partitioner import DefaultPartitioner
+
+    return int(DefaultPartitioner()(key.encode(), list(range(partitions)), list(range(partitions))))
+
+
+def balanced_authors(tag: str, count: int) -> list[str]:
+    """``count`` author names spread evenly over the events topic's partitions
+    (key = the lower-cased author), so 1, 2 and 4 workers get equal shares."""
+    per = max(1, count // PARTITIONS)
+    chosen: list[str] = []
+    used: dict[int, int] = {}
+    k = 0
+    while len(chosen) < count:
+        name = f"a{tag}b{k:03d}"
+        k += 1
+        p = partition_of(name)
+        if used.get(p, 0) < per or k > 5000:
+            used[p] = used.get(p, 0) + 1
+            chosen.append(name)
+    return chosen

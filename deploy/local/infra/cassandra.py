@@ -1,0 +1,109 @@
+"""The Cassandra engine: its ports, its rendered ``cassandra.yaml`` and
+logback configuration, its JVM command line, and readiness/version over CQL."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import struct
+from pathlib import Path
+
+from .config import (
+    CASSANDRA_MAIN,
+    HERE,
+    HOST,
+    InfraConfig,
+)
+from .engine import _Engine
+from .files import _last_match, _read_jvm_options, _render
+from .probes import cql_release_version
+from .process import _pid_listens_on
+
+
+class _Cassandra(_Engine):
+    name = "cassandra"
+    main_class = CASSANDRA_MAIN
+    pom = HERE / "cassandra" / "pom.xml"
+
+    def __init__(self, config: InfraConfig) -> None:
+        super().__init__(config)
+        self.version = config.cassandra_version
+        self.main_log = self.log_dir / "system.log"
+
+    def maven_properties(self) -> dict[str, str]:
+        return {"cassandra.version": self.version}
+
+    def ports(self) -> dict[str, int]:
+        return {"CQL": self.config.cassandra_port, "storage": self.config.cassandra_storage_port,
+                "JMX": self.config.cassandra_jmx_port}
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.config.cassandra_port}"
+
+    @property
+    def client_port(self) -> int:
+        return self.config.cassandra_port
+
+    def prepare(self) -> None:
+        for sub in ("data", "commitlog", "saved_caches", "hints", "cdc_raw"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        yaml = _render(HERE / "cassandra" / "cassandra.yaml", {
+            "data_dir": self.data_dir, "log_dir": self.log_dir, "host": HOST,
+            "storage_port": self.config.cassandra_storage_port,
+            "native_port": self.config.cassandra_port,
+        })
+        (self.conf_dir / "cassandra.yaml").write_text(yaml, encoding="utf-8")
+        shutil.copyfile(HERE / "cassandra" / "logback.xml", self.conf_dir / "logback.xml")
+
+    def jamm_jar(self) -> Path | None:
+        jars = sorted(self.lib_dir.glob("jamm-*.jar"))
+        return jars[-1] if jars else None
+
+    def command(self) -> list[str]:
+        cfg = self.config
+        cmd = [cfg.java, f"-Xms{cfg.cassandra_heap}", f"-Xmx{cfg.cassandra_heap}"]
+        cmd += _read_jvm_options(HERE / "cassandra" / "jvm.options")
+        jamm = self.jamm_jar()
+        if jamm is not None:
+            # cassandra-env.sh always loads jamm as an agent (object size measurement).
+            cmd.append(f"-javaagent:{jamm}")
+        cmd += self.markers
+        cmd += [
+            "-XX:HeapDumpPath=" + str(self.log_dir),
+            f"-Dcassandra.config=file://{self.conf_dir / 'cassandra.yaml'}",
+            f"-Dlogback.configurationFile=file://{self.conf_dir / 'logback.xml'}",
+            f"-Dcassandra.logdir={self.log_dir}",
+            f"-Dcassandra.storagedir={self.data_dir}",
+            f"-Dcassandra.triggers_dir={self.conf_dir / 'triggers'}",
+            "-Dcassandra-foreground=yes",
+            # fast single-node start
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-Dcassandra.ring_delay_ms=1000",
+            "-Dcassandra.superuser_setup_delay_ms=0",
+        ]
+        if cfg.cassandra_jmx_port:
+            cmd += [f"-Dcassandra.jmx.local.port={cfg.cassandra_jmx_port}",
+                    "-Dcom.sun.management.jmxremote.authenticate=false",
+                    f"-Djava.rmi.server.hostname={HOST}"]
+        cmd += ["-cp", self.classpath, self.main_class]
+        return cmd
+
+    def probe(self) -> bool:
+        try:
+            cql_release_version(HOST, self.config.cassandra_port, timeout=5.0)
+            return True
+        except (OSError, ConnectionError, ValueError, struct.error):
+            return False
+
+    def running_version(self) -> str | None:
+        """Version reported by the live node (CQL), else the startup log line."""
+        pid = self.pid()
+        if pid is None:
+            return None
+        if _pid_listens_on(pid, self.client_port):
+            with contextlib.suppress(OSError, ConnectionError, ValueError, struct.error):
+                return cql_release_version(HOST, self.client_port, timeout=5.0)
+        return _last_match(self.main_log, r"Cassandra version: (\S+)")

@@ -1,0 +1,95 @@
+"""The launcher's settings: fixed addresses, engine versions and main classes,
+and ``InfraConfig`` resolved once from the ``FANLINE_*`` environment
+(``InfraConfig.from_env``; a malformed integer raises ``InfraError``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from .errors import InfraError
+
+# deploy/local: the engines' templates (cassandra/, kafka/) live beside this package.
+HERE = Path(__file__).resolve().parent.parent
+REPO_ROOT = HERE.parent.parent
+HOST = "127.0.0.1"
+
+DEFAULT_CASSANDRA_VERSION = "5.0.9"
+DEFAULT_KAFKA_VERSION = "4.1.1"
+DEFAULT_LOG4J_VERSION = "2.24.3"
+
+CASSANDRA_MAIN = "org.apache.cassandra.service.CassandraDaemon"
+KAFKA_MAIN = "kafka.Kafka"
+KAFKA_STORAGE_TOOL = "kafka.tools.StorageTool"
+NODETOOL_MAIN = "org.apache.cassandra.tools.NodeTool"
+STRESS_MAIN = "org.apache.cassandra.stress.Stress"
+
+LOG_TAIL_LINES = 40
+_FETCH_MARKER = ".fetch-complete"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InfraError(f"{name}={raw!r} is not an integer") from exc
+
+
+def _env_str(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip()
+    return raw or default
+
+
+@dataclasses.dataclass(frozen=True)
+class InfraConfig:
+    """Everything that parameterises the local engines; see :meth:`from_env`."""
+
+    state_dir: Path
+    cassandra_version: str = DEFAULT_CASSANDRA_VERSION
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    log4j_version: str = DEFAULT_LOG4J_VERSION
+    cassandra_port: int = 9042
+    cassandra_storage_port: int = 7000
+    cassandra_jmx_port: int = 7199
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    cassandra_heap: str = "1G"
+    kafka_heap: str = "512M"
+    cassandra_start_timeout: float = 240.0
+    kafka_start_timeout: float = 120.0
+    stop_timeout: float = 60.0
+    fetch_timeout: float = 1800.0
+    java: str = "java"
+    mvn: str = "mvn"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> InfraConfig:
+        """Build a config from ``FANLINE_*`` environment variables; keyword args win."""
+        state = os.environ.get("FANLINE_INFRA_DIR", "").strip()
+        java_home = os.environ.get("JAVA_HOME", "").strip()
+        default_java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+        values: dict[str, object] = dict(
+            state_dir=Path(state).expanduser().resolve() if state else REPO_ROOT / ".infra",
+            cassandra_version=_env_str("FANLINE_CASSANDRA_VERSION", DEFAULT_CASSANDRA_VERSION),
+            kafka_version=_env_str("FANLINE_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
+            log4j_version=_env_str("FANLINE_LOG4J_VERSION", DEFAULT_LOG4J_VERSION),
+            cassandra_port=_env_int("FANLINE_CASSANDRA_PORT", 9042),
+            cassandra_storage_port=_env_int("FANLINE_CASSANDRA_STORAGE_PORT", 7000),
+            cassandra_jmx_port=_env_int("FANLINE_CASSANDRA_JMX_PORT", 7199),
+            kafka_port=_env_int("FANLINE_KAFKA_PORT", 9092),
+            kafka_controller_port=_env_int("FANLINE_KAFKA_CONTROLLER_PORT", 9093),
+            cassandra_heap=_env_str("FANLINE_CASSANDRA_HEAP", "1G"),
+            kafka_heap=_env_str("FANLINE_KAFKA_HEAP", "512M"),
+            cassandra_start_timeout=float(_env_int("FANLINE_CASSANDRA_START_TIMEOUT", 240)),
+            kafka_start_timeout=float(_env_int("FANLINE_KAFKA_START_TIMEOUT", 120)),
+            java=_env_str("FANLINE_JAVA", default_java),
+            mvn=_env_str("FANLINE_MVN", "mvn"),
+        )
+        values.update(overrides)
+        if isinstance(values["state_dir"], str):
+            values["state_dir"] = Path(str(values["state_dir"])).expanduser().resolve()
+        return cls(**values)  # type: ignore[arg-type]

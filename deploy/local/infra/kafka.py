@@ -1,0 +1,115 @@
+"""The Kafka engine in KRaft combined mode: its ports, rendered
+``server.properties``, one-time storage format with a persistent cluster id,
+its JVM command line, and readiness (a live broker) and version."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import struct
+import subprocess
+import uuid
+
+from .config import (
+    HERE,
+    HOST,
+    KAFKA_MAIN,
+    KAFKA_STORAGE_TOOL,
+    InfraConfig,
+)
+from .engine import _Engine
+from .errors import EngineStartError
+from .files import _last_match, _read_jvm_options, _render
+from .probes import kafka_live_brokers
+
+
+class _Kafka(_Engine):
+    name = "kafka"
+    main_class = KAFKA_MAIN
+    pom = HERE / "kafka" / "pom.xml"
+
+    def __init__(self, config: InfraConfig) -> None:
+        super().__init__(config)
+        self.version = config.kafka_version
+        self.main_log = self.log_dir / "server.log"
+        self.cluster_id_file = self.home / "cluster.id"
+
+    def maven_properties(self) -> dict[str, str]:
+        return {"kafka.version": self.version, "log4j.version": self.config.log4j_version}
+
+    def ports(self) -> dict[str, int]:
+        return {"broker": self.config.kafka_port, "controller": self.config.kafka_controller_port}
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.config.kafka_port}"
+
+    @property
+    def client_port(self) -> int:
+        return self.config.kafka_port
+
+    def _jvm_base(self, heap: str) -> list[str]:
+        return [self.config.java, f"-Xms{heap}", f"-Xmx{heap}",
+                *_read_jvm_options(HERE / "kafka" / "jvm.options"),
+                f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.xml'}",
+                f"-Dkafka.logs.dir={self.log_dir}"]
+
+    def cluster_id(self) -> str:
+        """Persistent KRaft cluster id (Kafka's Uuid format: url-safe base64, no padding)."""
+        if self.cluster_id_file.is_file():
+            return self.cluster_id_file.read_text().strip()
+        while True:
+            cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            if not cid.startswith("-"):
+                break
+        self.cluster_id_file.write_text(cid + "\n")
+        return cid
+
+    def prepare(self) -> None:
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        props = _render(HERE / "kafka" / "server.properties", {
+            "host": HOST, "broker_port": self.config.kafka_port,
+            "controller_port": self.config.kafka_controller_port, "data_dir": self.data_dir,
+        })
+        (self.conf_dir / "server.properties").write_text(props, encoding="utf-8")
+        shutil.copyfile(HERE / "kafka" / "log4j2.xml", self.conf_dir / "log4j2.xml")
+        if not (self.data_dir / "meta.properties").is_file():
+            self._format()
+
+    def _format(self) -> None:
+        """Format the KRaft storage once (standalone dynamic quorum with this node as voter)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [*self._jvm_base("256M"), "-cp", self.classpath, KAFKA_STORAGE_TOOL, "format",
+               "-t", self.cluster_id(), "-c", str(self.conf_dir / "server.properties"),
+               "--standalone", "--ignore-formatted"]
+        result = subprocess.run(cmd, cwd=self.home, capture_output=True, text=True, timeout=180)
+        (self.log_dir / "format.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise EngineStartError("kafka storage format failed:\n" + (result.stdout + result.stderr)[-4000:])
+
+    def command(self) -> list[str]:
+        return self._jvm_base(self.config.kafka_heap) + self.markers + [
+            "-cp", self.classpath, self.main_class, str(self.conf_dir / "server.properties")]
+
+    def probe(self) -> bool:
+        try:
+            return kafka_live_brokers(HOST, self.config.kafka_port, timeout=5.0) >= 1
+        except (OSError, ConnectionError, struct.error):
+            return False
+
+    def running_version(self) -> str | None:
+        """Version from the broker's own ``Kafka version: X`` log line (AppInfoParser)."""
+        if self.running():
+            return _last_match(self.main_log, r"Kafka version: (\S+)") or self._jar_version()
+        return None
+
+    def _jar_version(self) -> str | None:
+        jars = sorted(self.lib_dir.glob("kafka-clients-*.jar"))
+        m = re.match(r"kafka-clients-(.+)\.jar$", jars[-1].name) if jars else None
+        return m.group(1) if m else None
+
+    def wipe_data(self) -> None:
+        super().wipe_data()
+        self.cluster_id_file.unlink(missing_ok=True)
