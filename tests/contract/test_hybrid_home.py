@@ -172,3 +172,32 @@ async def test_a_cached_large_account_head_serves_pages_and_falls_back_past_it(
     home = reader(tweet_store, graph, cached)
     assert await page_all(home, owner, 2) == newest_first(ids)     # head of 5, then the store
     assert await page_all(home, owner, 7) == newest_first(ids)
+
+
+async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: TweetStoreStorage, graph: Graph,
+                                                              names: Names) -> None:
+    from fanline_tweet_store.cap import HomeCap
+    from fanline_tweet_store.service import TweetStore
+
+    owner, a, big = names.user(), names.user(), names.user()
+    graph.follow(owner, a, big)
+    a_ids = await post(tweet_store, a, 8, start_min_ago=30)
+    big_ids = await post(tweet_store, big, 4, start_min_ago=29)
+    await fan_out(tweet_store, a, a_ids, [owner])
+    await tweet_store.large.register(big, 3600)
+    store = TweetStore(tweet_store, retention_s=3600, idempotency_ttl_s=60, merge_count=50,
+                       hybrid=reader(tweet_store, graph), cap=HomeCap(tweet_store.home, 10))
+    everything = newest_first(a_ids + big_ids)
+    since = everything[6]
+    newer = everything[:6]
+    for kind, who, expected in (("home", owner, newer), ("user", a, [i for i in newer if i in a_ids])):
+        seen, before = [], None
+        while True:
+            items, nxt = await store.page(kind, who, 4, before, since)
+            seen.extend(t.id for t in items)
+            if nxt is None:
+                break
+            before = uuid.UUID(nxt)
+        assert seen == expected, kind
+    items, nxt = await store.page("home", owner, 10, None, everything[0])
+    assert (items, nxt) == ([], None)  # nothing newer than the newest

@@ -228,11 +228,15 @@ class TweetStoreClient(PeerClient):
         return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet",
                                params={"actor": actor})
 
-    async def timeline(self, kind: str, owner: str | None, limit: int, before: str | None) -> dict[str, Any]:
-        """``kind`` is "home", "user" or "public"; returns items (tweets) and next."""
+    async def timeline(self, kind: str, owner: str | None, limit: int, before: str | None,
+                       since: str | None = None) -> dict[str, Any]:
+        """``kind`` is "home", "user" or "public"; returns items (tweets) and
+        next. ``since``: only tweets strictly newer than that id."""
         params: dict[str, Any] = {"limit": limit}
         if before:
             params["before"] = before
+        if since:
+            params["since"] = since
         path = {"home": f"/internal/home/{owner}", "user": f"/internal/userline/{owner}",
                 "public": "/internal/public"}[kind]
         return await self.call("GET", path, operation=f"timeline_{kind}", params=params)

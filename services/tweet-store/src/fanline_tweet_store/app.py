@@ -63,6 +63,16 @@ def _before(request: Request) -> uuid.UUID | None:
     return value
 
 
+def _since(request: Request) -> uuid.UUID | None:
+    raw = request.query_params.get("since")
+    if raw is None:
+        return None
+    value = parse_tweet_id(raw)
+    if value is None:
+        raise InvalidInput("since must be a tweet id", code="invalid_since_id")
+    return value
+
+
 def _owners(body: dict[str, Any]) -> list[str]:
     owners = body.get("owners")
     if not isinstance(owners, list) or len(owners) > MAX_OWNERS_PER_CALL or not all(
@@ -146,7 +156,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     def timeline(kind: str):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
             owner = request.path_params.get("username")
-            items, nxt = await store(request).page(kind, owner, _limit(request), _before(request))
+            items, nxt = await store(request).page(kind, owner, _limit(request), _before(request), _since(request))
             return json_response({"items": [tweet_json(t) for t in items], "next": nxt})
 
         return handler

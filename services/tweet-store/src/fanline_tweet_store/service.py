@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from itertools import takewhile
 from typing import Any
 
 from fanline_shared import events
@@ -17,6 +18,7 @@ from fanline_shared.domain import (
     Tweet,
     canonical,
     new_timeuuid,
+    timeuuid_sort_key,
     timeuuid_time,
     to_rfc3339,
     utcnow,
@@ -98,9 +100,14 @@ class TweetStore:
         await self._s.tweets.delete(tweet, event)
         return event
 
-    async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None) -> tuple[list[Tweet], str | None]:
+    async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None,
+                   since: uuid.UUID | None = None) -> tuple[list[Tweet], str | None]:
         """One timeline page: a slice of ids, then one multi-get.
 
+        Only ids strictly older than ``before`` and, with ``since``, strictly
+        newer than ``since`` (api.md "Newer than"): every source is newest
+        first, so cutting its first ``limit + 1`` ids at ``since`` is exact,
+        and once an id at or below ``since`` shows there is no next page.
         Deleted tweets can linger as ids (in home timelines until the worker
         removes them); the multi-get drops them, so they never show. The next
         cursor is the last id of the slice, so paging stays exact."""
@@ -112,6 +119,9 @@ class TweetStore:
             ids = await self._s.tweets.userline(owner, limit + 1, before)
         else:
             ids = await self._s.tweets.public(limit + 1, before)
+        if since is not None:
+            floor = timeuuid_sort_key(since)
+            ids = list(takewhile(lambda i: timeuuid_sort_key(i) > floor, ids))
         more = len(ids) > limit
         ids = ids[:limit]
         found = await self._s.tweets.get_many(ids)
