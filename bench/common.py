@@ -24,6 +24,10 @@ SYSTEM_ENV = {
     "FANLINE_ARGON2_PARALLELISM": "1",
     "FANLINE_LOG_LEVEL": "WARNING",
     "FANLINE_KAFKA_IDEMPOTENCE": "true",
+    # The push-path phases (post latency at up to 10,000 followers, the
+    # fan-out ceiling, scaling, delivery lag) measure fan-out on write, which
+    # the default large-account threshold (10,000) would turn off at 10k.
+    "FANLINE_HYBRID_FANOUT": "false",
 }
 
 

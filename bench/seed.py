@@ -8,7 +8,7 @@ measuring anything the benchmark is about. So the harness — never the product
 — writes follower accounts and edges straight into social-graph's keyspace,
 into the same tables and with the same values social-graph would write
 (``users``, ``users_by_prefix``, ``following``, ``followers``,
-``follow_counts``), with prepared statements and the driver's
+``followers_active``, ``user_activity``, ``follow_counts``), with prepared statements and the driver's
 ``execute_concurrent`` (rows of one partition in unlogged single-partition
 batches). Follower accounts get a real argon2id hash of one
 shared password, so some of them log in (as timeline readers) through the API.
@@ -32,6 +32,8 @@ from fanline_shared.cassandra import batch, prepare
 POOL_PASSWORD = "bench-password-1"
 BULK_CONCURRENCY = 256
 BATCH_ROWS = 100  # rows per single-partition unlogged batch (one mutation each)
+# Longer than any run; social-graph renews the rows of followers who log in.
+ACTIVE_TTL_S = 8 * 24 * 3600
 
 
 def pool_name(tag: str, index: int) -> str:
@@ -119,11 +121,18 @@ def bulk_load_social_graph(session: Session, keyspace: str, graph: Graph,
                           "VALUES (?, ?, ?, ?)", [(f, a.lower(), a, now) for f, a in edges], partition=0)
     sent += _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) "
                           "VALUES (?, ?, ?, ?)", [(a.lower(), f, f, now) for f, a in edges], partition=0)
+    # Seeded followers are active users: in the index the fan-out pages, and
+    # seen now (they read timelines in the run without being "back").
+    sent += _run(session, f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) "
+                          f"VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}", [(a.lower(), f, f) for f, a in edges],
+                 partition=0)
+    sent += _run(session, f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)",
+                 [(u, now) for u in pool])
     sent += _run(session, f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
                  [(n, f) for f, n in following.items()])
     sent += _run(session, f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
                  [(n, a.lower()) for a, n in graph.followers.items() if n])
-    rows = 2 * len(pool) + 2 * len(edges) + len(following) + sum(1 for n in graph.followers.values() if n)
+    rows = 3 * len(pool) + 3 * len(edges) + len(following) + sum(1 for n in graph.followers.values() if n)
     return rows, sent
 
 

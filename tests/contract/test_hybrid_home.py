@@ -177,6 +177,7 @@ async def test_a_cached_large_account_head_serves_pages_and_falls_back_past_it(
 async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: TweetStoreStorage, graph: Graph,
                                                               names: Names) -> None:
     from fanline_tweet_store.cap import HomeCap
+    from fanline_tweet_store.regeneration import Regenerator
     from fanline_tweet_store.service import TweetStore
 
     owner, a, big = names.user(), names.user(), names.user()
@@ -185,8 +186,11 @@ async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: Tweet
     big_ids = await post(tweet_store, big, 4, start_min_ago=29)
     await fan_out(tweet_store, a, a_ids, [owner])
     await tweet_store.large.register(big, 3600)
-    store = TweetStore(tweet_store, retention_s=3600, idempotency_ttl_s=60, merge_count=50,
-                       hybrid=reader(tweet_store, graph), cap=HomeCap(tweet_store.home, 10))
+    hybrid = reader(tweet_store, graph)
+    store = TweetStore(tweet_store, retention_s=3600, idempotency_ttl_s=60, merge_count=50, hybrid=hybrid,
+                       cap=HomeCap(tweet_store.home, 10),
+                       regenerator=Regenerator(tweet_store.home, tweet_store.tweets, hybrid.following,
+                                               retention_s=3600, max_rows=10))
     everything = newest_first(a_ids + big_ids)
     since = everything[6]
     newer = everything[:6]
@@ -201,3 +205,34 @@ async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: Tweet
         assert seen == expected, kind
     items, nxt = await store.page("home", owner, 10, None, everything[0])
     assert (items, nxt) == ([], None)  # nothing newer than the newest
+
+
+@pytest.mark.parametrize(("authors", "per_author", "max_rows"), [(2, 30, 10), (3, 4, 50), (1, 0, 10), (25, 3, 10)])
+async def test_a_regenerated_timeline_equals_the_one_never_away(
+        tweet_store: TweetStoreStorage, graph: Graph, names: Names, authors: int, per_author: int,
+        max_rows: int) -> None:
+    from fanline_tweet_store.regeneration import Regenerator
+
+    owner, twin = names.user("away"), names.user("twin")
+    followed = [names.user() for _ in range(authors)]
+    graph.follow(owner, *followed)
+    graph.follow(twin, *followed)
+    posted: list[uuid.UUID] = []
+    for n, author in enumerate(followed):
+        ids = await post(tweet_store, author, per_author, start_min_ago=50 - n * 0.1, step_s=7)
+        posted += ids
+        # The twin got every row; the owner only the first third (then went away).
+        await fan_out(tweet_store, author, ids, [twin])
+        await fan_out(tweet_store, author, ids[: len(ids) // 3], [owner])
+    own = await post(tweet_store, owner, 2, start_min_ago=20)
+    await fan_out(tweet_store, owner, own, [owner])
+    twin_own = await post(tweet_store, twin, 1, start_min_ago=21)
+    await fan_out(tweet_store, twin, twin_own, [twin])
+    home = reader(tweet_store, graph)
+    regenerator = Regenerator(tweet_store.home, tweet_store.tweets, home.following, retention_s=3600,
+                              max_rows=max_rows)
+    written = await regenerator.regenerate(owner)
+    assert written <= max_rows
+    expected = newest_first(posted + own)
+    assert await page_all(home, owner, 7) == expected
+    assert await page_all(home, twin, 7) == newest_first(posted + twin_own)

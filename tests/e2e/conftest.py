@@ -119,6 +119,32 @@ def system(request: pytest.FixtureRequest) -> System:
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_system")  # type: ignore[no-any-return]
 
 
+# Users idle for 3 s are inactive (skipped by fan-out, regenerated on return).
+INACTIVE_ENV = {**SMALL_ENV, "FANLINE_INACTIVE_AFTER_S": "3"}
+
+
+@pytest.fixture(scope="session")
+def embedded_inactive_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    system = make_system("embedded", 18200, tmp_path_factory.mktemp("embedded-inactive"), **INACTIVE_ENV)
+    system.start()
+    yield system
+    system.stop()
+
+
+@pytest.fixture(scope="session")
+def real_inactive_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    system = make_system("real", 28200, tmp_path_factory.mktemp("real-inactive"), real_infra, **INACTIVE_ENV)
+    system.start(timeout=180)
+    yield system
+    system.stop()
+
+
+@pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
+def inactive_system(request: pytest.FixtureRequest) -> System:
+    """A system where users are inactive after 3 s (``INACTIVE_ENV``)."""
+    return request.getfixturevalue(f"{request.param}_inactive_system")  # type: ignore[no-any-return]
+
+
 @pytest.fixture(params=["embedded-small", pytest.param("real-small", marks=pytest.mark.real_infra)])
 def small_system(request: pytest.FixtureRequest) -> System:
     """A system with the small thresholds of ``SMALL_ENV``."""

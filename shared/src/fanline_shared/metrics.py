@@ -135,6 +135,12 @@ HOME_FALLBACK_READS = Counter(
     "fanline_home_fallback_reads_total",
     "Home-timeline pages read past the stored horizon, from the followed accounts' userlines",
 )
+HOME_REGENERATIONS = Counter(
+    "fanline_home_regenerations_total", "Home timelines regenerated for returning users, by outcome", ["outcome"]
+)
+HOME_REGENERATION_DURATION = Histogram(
+    "fanline_home_regeneration_duration_seconds", "Time to regenerate one home timeline", buckets=LONG_BUCKETS,
+)
 HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],

@@ -155,9 +155,14 @@ class SocialGraphClient(PeerClient):
 
     async def authenticate(self, token: str) -> str:
         """The username a token belongs to, or ``Unauthorized``."""
+        return (await self.session(token))[0]
+
+    async def session(self, token: str) -> tuple[str, str | None]:
+        """The token's username and, if they came back from inactivity within
+        the last day, when (RFC 3339), or ``Unauthorized``."""
         body = await self.call("GET", "/internal/sessions/current", operation="authenticate",
                                headers={"authorization": f"Bearer {token}"})
-        return str(body["username"])
+        return str(body["username"]), body.get("returned_at")
 
     async def logout(self, token: str) -> None:
         await self.call("DELETE", "/internal/sessions/current", operation="logout",
@@ -176,7 +181,9 @@ class SocialGraphClient(PeerClient):
         return bool(body["following"])
 
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
-        """``direction`` is "following" or "followers"; returns items and next."""
+        """``direction`` is "following", "followers" or "followers-active"
+        (followers who are active: the ones the fan-out writes to); returns
+        items and next."""
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
@@ -258,6 +265,13 @@ class TweetStoreClient(PeerClient):
         body = await self.call("POST", f"/internal/home/{owner}/merge", operation="home_merge",
                                json={"author": author})
         return int(body["merged"])
+
+    async def home_regeneration_done(self, owner: str, returned_at: str) -> bool:
+        """Whether ``owner``'s home timeline was regenerated since they came
+        back at ``returned_at`` (RFC 3339); tweet-store starts it if needed."""
+        body = await self.call("POST", f"/internal/home/{owner}/regeneration", operation="home_regeneration",
+                               json={"returned_at": returned_at})
+        return bool(body["done"])
 
     async def register_large_account(self, author: str) -> None:
         """Record ``author`` as large before one of their tweets skips the fan-out."""

@@ -99,6 +99,40 @@ class FollowRepository(Protocol):
         """``{canonical: (followers_count, following_count)}`` for each name."""
 
 
+class Activity(NamedTuple):
+    """When a user was last seen (coarsely), and when they last came back
+    after being inactive (None: never, or not recorded)."""
+
+    last_seen: datetime | None
+    returned_at: datetime | None
+
+
+class ActivityRepository(Protocol):
+    """Coarse last-active tracking and the *active followers* index (owned by
+    social-graph).
+
+    ``followers_active`` holds a follower under a followee only while the
+    follower is active: rows are written with a TTL and renewed while the
+    follower keeps making requests, so an inactive follower drops out by
+    itself and the fan-out (which pages this index) skips them with no check
+    per row. See ``fanline_social_graph.activity``."""
+
+    async def get(self, username: str) -> Activity:
+        """The user's recorded activity (both None if never recorded)."""
+
+    async def record(self, username: str, last_seen: datetime, returned_at: datetime | None) -> None:
+        """Record the user as seen at ``last_seen``; ``returned_at`` as given."""
+
+    async def activate(self, follower: str, followees: Sequence[str], ttl_s: int) -> None:
+        """(Re)write ``follower`` under each followee's active followers, for ``ttl_s``."""
+
+    async def deactivate(self, follower: str, followee: str) -> None:
+        """Remove ``follower`` from ``followee``'s active followers."""
+
+    async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
+        """Active followers of ``username``, by canonical name, strictly after ``after``."""
+
+
 class TweetRepository(Protocol):
     """Tweets, userlines and the public timeline (owned by tweet-store).
 
@@ -186,6 +220,23 @@ class HomeTimelineRepository(Protocol):
         to the oldest row kept. Returns the horizon if it trimmed, else None
         (``keep`` or fewer rows). The horizon only ever rises, whatever the
         order concurrent trims land in."""
+
+    async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
+        """Raise the owner's horizon to ``tweet_id`` (no-op if it is higher already)."""
+
+    async def regenerated_at(self, owner: str) -> datetime | None:
+        """When the owner's home timeline was last regenerated, if ever."""
+
+    async def mark_regenerated(self, owner: str, at: datetime) -> None:
+        """Record a finished regeneration (the time only ever rises)."""
+
+    async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
+        """Claim the owner's regeneration for ``ttl_s``: True for exactly one
+        of any number of concurrent claimers (all replicas), until released
+        or expired."""
+
+    async def release_regeneration(self, owner: str) -> None:
+        """Give a claim back (unknown claims are ignored)."""
 
 
 class LargeAccountRegistry(Protocol):

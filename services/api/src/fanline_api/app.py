@@ -33,6 +33,8 @@ from .openapi import openapi_document
 from .ratelimit import RateLimitMiddleware
 
 SERVICE = "api"
+# Retry-After of a 206 while a returning user's home timeline is regenerated.
+REGENERATION_RETRY_AFTER_S = 1
 log = logging.getLogger(__name__)
 
 
@@ -122,7 +124,11 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
         limit = validate_limit(request.query_params.get("limit"))
         cursor = request.query_params.get("cursor")
         if kind == "home":
-            return json_response(await g.home_timeline(request.headers.get("authorization"), limit, cursor))
+            page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor)
+            if regenerating:
+                # api.md: 206 with the body shape of 200 while it runs.
+                return json_response(page, 206, {"Retry-After": str(REGENERATION_RETRY_AFTER_S)})
+            return json_response(page)
         return json_response(await g.timeline(kind, owner, limit, cursor))
 
     return handler

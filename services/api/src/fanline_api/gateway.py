@@ -121,6 +121,11 @@ class Gateway:
         token = self.bearer(authorization)
         return await self.social.authenticate(token)
 
+    async def session(self, authorization: str | None) -> tuple[str, str | None]:
+        """The token's username and, if they came back after being inactive,
+        when (see ``regenerating``); or ``Unauthorized``."""
+        return await self.social.session(self.bearer(authorization))
+
     @staticmethod
     def bearer(authorization: str | None) -> str:
         scheme, _, token = (authorization or "").partition(" ")
@@ -192,8 +197,10 @@ class Gateway:
         nxt = page.get("next")
         return {"items": page["items"], "next_cursor": self.cursors.encode(cursor_kind, nxt) if nxt else None}
 
-    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
-        """The token's user's home timeline.
+    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None
+                            ) -> tuple[dict[str, Any], bool]:
+        """The token's user's home timeline, and whether it is being
+        regenerated (the user came back after being inactive: ``206``).
 
         Tokens name their user (``<username>.<secret>``, still opaque to
         clients), so the timeline slice is read *while* the token is verified
@@ -207,12 +214,12 @@ class Gateway:
             raise
         claimed, dot, _ = token.partition(".")
         if not (dot and is_valid_username(claimed)):
-            actor = await self.social.authenticate(token)
+            actor, returned_at = await self.social.session(token)
             page = await self.tweets.timeline("home", actor, limit, before)
         else:
             page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before))
             try:
-                actor = await self.social.authenticate(token)
+                actor, returned_at = await self.social.session(token)
                 if canonical(actor) != canonical(claimed):
                     raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
             except BaseException:
@@ -220,8 +227,18 @@ class Gateway:
                 await asyncio.gather(page_task, return_exceptions=True)
                 raise
             page = await page_task
+        regenerating = await self.regenerating(actor, returned_at)
         nxt = page.get("next")
-        return {"items": page["items"], "next_cursor": self.cursors.encode("tl:home", nxt) if nxt else None}
+        return ({"items": page["items"], "next_cursor": self.cursors.encode("tl:home", nxt) if nxt else None},
+                regenerating)
+
+    async def regenerating(self, actor: str, returned_at: str | None) -> bool:
+        """True while the home timeline of a user who came back after being
+        inactive (``returned_at``, from their session) is being regenerated;
+        the first such read starts the regeneration (api.md: ``206``)."""
+        if returned_at is None:
+            return False
+        return not await self.tweets.home_regeneration_done(actor, returned_at)
 
     # --- used by the web pages (webui/) ---------------------------------------------------
 

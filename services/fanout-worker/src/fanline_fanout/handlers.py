@@ -86,7 +86,9 @@ class FanoutHandlers:
         # The first page of followers is read while the tweet is checked, and
         # the author's own row goes with it: two round trips fewer per tweet,
         # during which the fan-out would write nothing.
-        first = asyncio.ensure_future(self._social.edges(data.author, "followers", self._page_size, None))
+        # Only active followers: the others are skipped by the index itself
+        # and get their timeline regenerated when they come back.
+        first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
         try:
             _, large = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._is_large(data.author))
         except BaseException as exc:
@@ -111,7 +113,8 @@ class FanoutHandlers:
             await self._tweets.home_add(tweet_id, data.author, page)
             metrics.TIMELINE_ROWS_WRITTEN.inc(len(page))
 
-        await self._for_each_follower_page(data.author, write, first_page=first, with_author=True)
+        await self._for_each_follower_page(data.author, write, first_page=first, with_author=True,
+                                           direction="followers-active")
         _observe_delivery(data.created_at)
 
     async def tweet_deleted(self, event: TweetDeleted) -> None:
@@ -141,7 +144,7 @@ class FanoutHandlers:
 
     async def _for_each_follower_page(self, author: str, action: Callable[[list[str]], Awaitable[None]], *,
                                       first_page: Awaitable[dict[str, Any]] | None = None,
-                                      with_author: bool = False) -> None:
+                                      with_author: bool = False, direction: str = "followers") -> None:
         """Page through *all* followers, running ``action`` on each page with
         up to ``pages_in_flight`` pages being written while the next is read.
         ``first_page``: the first page, already being fetched; ``with_author``:
@@ -161,7 +164,7 @@ class FanoutHandlers:
                     if first_page is not None:
                         page, first_page = await first_page, None
                     else:
-                        page = await self._social.edges(author, "followers", self._page_size, after)
+                        page = await self._social.edges(author, direction, self._page_size, after)
                 except NotFound:
                     return  # the author no longer exists
                 names = [item["username"] for item in page["items"]]

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
-from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP
+from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import event_to_json
@@ -68,11 +68,12 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             salt_len=RFC_9106_LOW_MEMORY.salt_len,
         )
         app.state.storage = store
-        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s)
+        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, settings.inactive_after_s)
         metrics.set_build_info(SERVICE, __version__)
         try:
             yield
         finally:
+            await app.state.graph.activity.close()
             await store.close()
 
     async def create_user(request: Request) -> Response:
@@ -99,7 +100,9 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response(await graph(request).login(body.get("username"), body.get("password")))
 
     async def current_session(request: Request) -> Response:
-        return json_response({"username": await graph(request).authenticate(_bearer(request))})
+        username, returned_at = await graph(request).session(_bearer(request))
+        return json_response({"username": username,
+                              "returned_at": to_rfc3339(returned_at) if returned_at else None})
 
     async def logout(request: Request) -> Response:
         await graph(request).logout(_bearer(request))
@@ -139,6 +142,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         route(SERVICE, "/internal/users/{username}", get_user, ["GET"]),
         route(SERVICE, "/internal/users/{username}/following", edges_handler("following"), ["GET"]),
         route(SERVICE, "/internal/users/{username}/followers", edges_handler("followers"), ["GET"]),
+        route(SERVICE, "/internal/users/{username}/followers-active", edges_handler("followers-active"), ["GET"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", follow, ["PUT"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", unfollow, ["DELETE"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", is_following, ["GET"]),

@@ -16,6 +16,7 @@ class Settings:
     argon2_time_cost: int
     argon2_memory_kib: int
     argon2_parallelism: int
+    inactive_after_s: float
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -28,4 +29,7 @@ class Settings:
             argon2_time_cost=env.integer("FANLINE_ARGON2_TIME_COST", 3, minimum=1),
             argon2_memory_kib=env.integer("FANLINE_ARGON2_MEMORY_KIB", 65536, minimum=8),
             argon2_parallelism=env.integer("FANLINE_ARGON2_PARALLELISM", 4, minimum=1),
+            # A user with no authenticated request for this long is skipped by
+            # the fan-out and their home timeline regenerated when they return.
+            inactive_after_s=env.number("FANLINE_INACTIVE_AFTER_S", 7 * 24 * 3600, positive=True),
         )

@@ -30,6 +30,7 @@ from fanline_shared.domain import (
 )
 from fanline_shared.errors import InvalidInput, NotFound, Unauthorized
 
+from .activity import ActivityTracker
 from .adapters import SocialGraphStorage
 
 # Verified against when the username is unknown, so a failed log-in takes the
@@ -43,11 +44,16 @@ def token_hash(token: str) -> str:
 
 
 class SocialGraph:
-    def __init__(self, storage: SocialGraphStorage, hasher: PasswordHasher, session_ttl_s: int) -> None:
+    def __init__(self, storage: SocialGraphStorage, hasher: PasswordHasher, session_ttl_s: int,
+                 inactive_after_s: float) -> None:
         self._storage = storage
         self._hasher = hasher
         self._session_ttl = timedelta(seconds=session_ttl_s)
         self._dummy_hash = hasher.hash(_DUMMY_PASSWORD)
+        self.activity = ActivityTracker(storage.activity, self._followees, inactive_after_s)
+
+    async def _followees(self, username: str, limit: int, after: str | None) -> list[str]:
+        return [canonical(e.username) for e in await self._storage.follows.following(username, limit, after)]
 
     # --- users ----------------------------------------------------------------
 
@@ -57,6 +63,7 @@ class SocialGraph:
         # argon2 is deliberately slow: hash off the event loop.
         password_hash = await asyncio.to_thread(self._hasher.hash, secret)
         user = await self._storage.users.create(name, password_hash, utcnow())
+        await self.activity.created(user.username)
         metrics.USERS_CREATED.inc()
         return user
 
@@ -123,16 +130,22 @@ class SocialGraph:
         token = f"{canonical(user.username)}.{secrets.token_urlsafe(32)}"
         expires_at = utcnow() + self._session_ttl
         await self._storage.sessions.create(token_hash(token), user.username, expires_at)
+        await self.activity.seen(user.username)
         metrics.LOGINS.labels("success").inc()
         return {"token": token, "username": user.username, "expires_at": to_rfc3339(expires_at)}
 
     async def authenticate(self, token: str | None) -> str:
+        return (await self.session(token))[0]
+
+    async def session(self, token: str | None) -> tuple[str, datetime | None]:
+        """The token's user — an authenticated request, so they are active —
+        and when they came back from inactivity (within the last day), if so."""
         if not token or len(token) > 200:
             raise Unauthorized("missing or malformed token", code="unauthorized")
         session = await self._storage.sessions.get(token_hash(token))
         if session is None:
             raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
-        return session.username
+        return session.username, await self.activity.seen(session.username)
 
     async def logout(self, token: str | None) -> None:
         await self.authenticate(token)
@@ -145,11 +158,16 @@ class SocialGraph:
         source, target = await self._pair(follower, followee)
         event = events.followed(source.username, target.username)
         created = await self._storage.follows.follow(source.username, target.username, utcnow(), event)
+        # After the edge: the fan-out may reach the follower only once they
+        # follow (the reverse order could deliver a tweet of a stranger).
+        await self.activity.followed(source.username, target.username)
         return created, event
 
     async def unfollow(self, follower: str, followee: str) -> tuple[bool, OutboxEvent]:
         source, target = await self._pair(follower, followee)
         event = events.unfollowed(source.username, target.username)
+        # Before the edge goes: once unfollowed, no fan-out may reach them.
+        await self.activity.unfollowed(source.username, target.username)
         removed = await self._storage.follows.unfollow(source.username, target.username, event)
         return removed, event
 
@@ -173,7 +191,8 @@ class SocialGraph:
         """One page of following/followers and the ``after`` of the next page."""
         await self.profile(username)  # 404 for unknown users
         repo = self._storage.follows
-        fetch = repo.following if direction == "following" else repo.followers
+        fetch = {"following": repo.following, "followers": repo.followers,
+                 "followers-active": self._storage.activity.active_followers}[direction]
         items = await fetch(username, limit + 1, after)
         page, more = items[:limit], len(items) > limit
         return page, (canonical(page[-1].username) if more and page else None)

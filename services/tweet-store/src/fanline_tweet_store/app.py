@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
-from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_tweet_id
+from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import SocialGraphClient, event_to_json
@@ -30,6 +30,7 @@ from .cap import HomeCap
 from .config import Settings
 from .hybrid import HybridHome
 from .priority import ForegroundActivity
+from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
 
 SERVICE = "tweet-store"
@@ -111,6 +112,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         cap = HomeCap(s.home, settings.home_max_rows)
         hybrid = HybridHome(s.home, s.tweets, s.large, social.following_all,
                             retention_s=settings.home_retention_s, policy=settings.hybrid)
+        regenerator = Regenerator(s.home, s.tweets, hybrid.following, retention_s=settings.home_retention_s,
+                                  max_rows=settings.home_max_rows, on_done=lambda owner: cap.schedule([owner]))
         app.state.storage = s
         app.state.cap = cap
         app.state.store = TweetStore(
@@ -120,12 +123,14 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             merge_count=settings.follow_merge_count,
             hybrid=hybrid,
             cap=cap,
+            regenerator=regenerator,
         )
         metrics.set_build_info(SERVICE, __version__)
         cap.start()
         try:
             yield
         finally:
+            await regenerator.close()
             await cap.stop()
             await social.close()
             await s.close()
@@ -180,6 +185,15 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), _owners(body))
         return Response(status_code=204)
 
+    async def regeneration(request: Request) -> Response:
+        body = await read_json_object(request)
+        try:
+            returned_at = parse_rfc3339(str(body.get("returned_at")))
+        except ValueError:
+            raise InvalidInput("returned_at must be an RFC 3339 time", code="invalid_returned_at") from None
+        done = await store(request).regeneration_done(request.path_params["username"], returned_at)
+        return json_response({"done": done})
+
     async def register_large(request: Request) -> Response:
         body = await read_json_object(request)
         author = body.get("author")
@@ -214,6 +228,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/home/remove", home_remove, ["POST"]),
         route(SERVICE, "/internal/home/{username}/merge", home_merge, ["POST"]),
         route(SERVICE, "/internal/large-accounts", register_large, ["POST"]),
+        route(SERVICE, "/internal/home/{username}/regeneration", fg(regeneration), ["POST"]),
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
         *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import takewhile
 from typing import Any
 
@@ -30,6 +30,7 @@ from fanline_shared.errors import Forbidden, NotFound
 from .adapters import TweetStoreStorage
 from .cap import HomeCap
 from .hybrid import HybridHome
+from .regeneration import Regenerator
 
 # Unfollow removes the author's tweets from the follower's timeline; it walks
 # the author's userline back to the retention horizon in pages of this size.
@@ -53,7 +54,7 @@ LARGE_REGISTRATION_MARGIN_S = 24 * 3600
 
 class TweetStore:
     def __init__(self, storage: TweetStoreStorage, *, retention_s: int, idempotency_ttl_s: int,
-                 merge_count: int, hybrid: HybridHome, cap: HomeCap) -> None:
+                 merge_count: int, hybrid: HybridHome, cap: HomeCap, regenerator: Regenerator) -> None:
         self._s = storage
         self._retention_s = retention_s
         self._retention = timedelta(seconds=retention_s)
@@ -61,6 +62,7 @@ class TweetStore:
         self._merge_count = merge_count
         self._hybrid = hybrid
         self._cap = cap
+        self.regenerator = regenerator
 
     async def post(self, username: str, body: object, idempotency_key: str | None) -> tuple[Tweet, bool, OutboxEvent]:
         """Store a tweet; with a key, a repeat returns the first tweet.
@@ -136,6 +138,11 @@ class TweetStore:
     async def home_add(self, tweet_id: uuid.UUID, author: str, owners: Sequence[str]) -> None:
         await self._s.home.add(owners, tweet_id, author)
         self._cap.wrote(owners, tweet_id)
+
+    async def regeneration_done(self, owner: str, returned_at: datetime) -> bool:
+        """Whether ``owner``'s home timeline was regenerated since they came
+        back at ``returned_at``; starts the regeneration if nobody runs it."""
+        return await self.regenerator.status(validate_username(owner), returned_at)
 
     async def register_large_account(self, author: str) -> None:
         """``author``'s tweets skip the fan-out: merge them at read time for

@@ -13,6 +13,7 @@ only adds the 280-character counter.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -96,6 +97,7 @@ class Viewer:
 
     username: str | None = None
     stale: bool = False  # a session cookie came but signs nobody in any more
+    returned_at: str | None = None  # came back after being inactive (the home timeline is regenerated)
 
 
 def gw(request: Request) -> Gateway:
@@ -261,7 +263,8 @@ async def resolve_viewer(request: Request) -> Viewer:
     if not token:
         return Viewer()
     try:
-        return Viewer(await gw(request).authenticate(f"Bearer {token}"))
+        username, returned_at = await gw(request).session(f"Bearer {token}")
+        return Viewer(username, returned_at=returned_at)
     except Unauthorized:
         return Viewer(stale=True)
 
@@ -316,7 +319,8 @@ async def home(web: Web, request: Request) -> Response:
 async def home_page(web: Web, request: Request, me: str, *, error: str | None = None, draft: str = "",
                     status: int = 200) -> Response:
     limit, cursor = paging(request) if request.method == "GET" else (LIMIT_DEFAULT, None)
-    page_ = await gw(request).timeline("home", me, limit, cursor)
+    page_, regenerating = await asyncio.gather(gw(request).timeline("home", me, limit, cursor),
+                                               gw(request).regenerating(me, viewer(request).returned_at))
     items: list[dict[str, Any]] = page_["items"]
     # Right after posting, the author's own home row is still being written by
     # the fan-out worker: show the new tweet at once anyway.
@@ -332,7 +336,7 @@ async def home_page(web: Web, request: Request, me: str, *, error: str | None = 
     return web.render(request, "timeline.html", {
         "title": "Home", "kind": "home", "tweets": items, "cursor": cursor,
         "more": more_url("/", limit, page_["next_cursor"]), "newest": "/" if cursor else None,
-        "error": error, "draft": draft, "idempotency_key": uuid.uuid4().hex,
+        "error": error, "draft": draft, "idempotency_key": uuid.uuid4().hex, "regenerating": regenerating,
     }, status)
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fanline_shared.config import StorageSettings
-from fanline_shared.ports import FollowRepository, Lifecycle, Outbox, SessionRepository, UserRepository
+from fanline_shared.ports import (
+    ActivityRepository,
+    FollowRepository,
+    Lifecycle,
+    Outbox,
+    SessionRepository,
+    UserRepository,
+)
 
 OWNER = "social_graph"
 
@@ -25,6 +32,7 @@ class SocialGraphStorage:
     follows: FollowRepository
     outbox: Outbox
     engine: Lifecycle = field(repr=False)
+    activity: ActivityRepository = field(repr=False)
 
     async def start(self) -> None:
         """Connect and create or migrate the schema (idempotent)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cassandra.cluster import Session
@@ -48,6 +48,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, User, canonical, utcnow
 from fanline_shared.domain import Session as UserSession
 from fanline_shared.errors import Conflict
+from fanline_shared.ports import Activity
 
 from . import OWNER, SocialGraphStorage
 
@@ -98,7 +99,22 @@ CREATE TABLE IF NOT EXISTS {keyspace}.follow_counts (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS)
+# Coarse activity and the active-followers index (fanline_social_graph.activity).
+ACTIVITY_MIGRATION = """
+CREATE TABLE IF NOT EXISTS {keyspace}.user_activity (
+    username_lc text PRIMARY KEY,
+    last_seen timestamp,
+    returned_at timestamp
+);
+CREATE TABLE IF NOT EXISTS {keyspace}.followers_active (
+    followee_lc text,
+    follower_lc text,
+    follower text,
+    PRIMARY KEY (followee_lc, follower_lc)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, ACTIVITY_MIGRATION)
 
 
 def prefix_partition(username_lc: str) -> str:
@@ -329,6 +345,58 @@ class CassandraFollows(Repository):
         return counts
 
 
+class CassandraActivity(Repository):
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        self._get = prepare(session, f"SELECT last_seen, returned_at FROM {ks}.user_activity WHERE username_lc = ?")
+        self._record = prepare(
+            session, f"INSERT INTO {ks}.user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?)",
+            write=True)
+        self._activate = prepare(
+            session,
+            f"INSERT INTO {ks}.followers_active (followee_lc, follower_lc, follower) VALUES (?, ?, ?) USING TTL ?",
+            write=True)
+        self._deactivate = prepare(
+            session, f"DELETE FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc = ?", write=True)
+        self._active = prepare(
+            session,
+            f"SELECT follower FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc > ? LIMIT ?")
+
+    async def get(self, username: str) -> Activity:
+        rows = await execute(self._session, self._get, (canonical(username),), name="activity_get")
+        if not rows:
+            return Activity(None, None)
+        row = rows[0]
+        return Activity(to_utc(row.last_seen) if row.last_seen else None,
+                        to_utc(row.returned_at) if row.returned_at else None)
+
+    async def record(self, username: str, last_seen: datetime, returned_at: datetime | None) -> None:
+        await execute(self._session, self._record,
+                      (canonical(username), truncate_ms(last_seen), truncate_ms(returned_at) if returned_at else None),
+                      name="activity_record")
+
+    async def activate(self, follower: str, followees: Sequence[str], ttl_s: int) -> None:
+        a = canonical(follower)
+        params = [(canonical(f), a, follower, ttl_s) for f in dict.fromkeys(followees)]
+        if params:
+            await execute_concurrent(self._session, self._activate, params, name="followers_activate",
+                                     concurrency=_LOOKUP_CONCURRENCY)
+
+    async def deactivate(self, follower: str, followee: str) -> None:
+        await execute(self._session, self._deactivate, (canonical(followee), canonical(follower)),
+                      name="followers_deactivate")
+
+    async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
+        if limit <= 0:
+            return []
+        rows = await execute(self._session, self._active, (canonical(username), canonical(after or ""), limit),
+                             name="followers_active")
+        return [Edge(username=r.follower, since=_EPOCH) for r in rows]
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
 def build_cassandra_storage(settings: StorageSettings) -> SocialGraphStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
@@ -338,4 +406,5 @@ def build_cassandra_storage(settings: StorageSettings) -> SocialGraphStorage:
         follows=CassandraFollows(keyspace, outbox),
         outbox=outbox,
         engine=keyspace,
+        activity=CassandraActivity(keyspace),
     )

@@ -17,6 +17,7 @@ from datetime import datetime
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
+from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
     SqliteDatabase,
@@ -67,7 +68,23 @@ CREATE TABLE IF NOT EXISTS follow_counts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+# Coarse activity and the active-followers index (fanline_social_graph.activity).
+ACTIVITY_MIGRATION = """
+CREATE TABLE IF NOT EXISTS user_activity (
+    username_lc TEXT PRIMARY KEY,
+    last_seen INTEGER NOT NULL,
+    returned_at INTEGER
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS followers_active (
+    followee_lc TEXT NOT NULL,
+    follower_lc TEXT NOT NULL,
+    follower TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (followee_lc, follower_lc)
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, ACTIVITY_MIGRATION)
 
 
 class SqliteEngine:
@@ -309,6 +326,62 @@ class SqliteFollows:
         return await self.db.run(read, name="follow_counts", write=False)
 
 
+class SqliteActivity:
+    """Activity and active followers; expired index rows are filtered on read
+    and deleted when their follower is written again."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    async def get(self, username: str) -> Activity:
+        name = canonical(username)
+
+        def read(conn: sqlite3.Connection) -> Activity:
+            row = conn.execute("SELECT last_seen, returned_at FROM user_activity WHERE username_lc = ?",
+                               (name,)).fetchone()
+            if row is None:
+                return Activity(None, None)
+            return Activity(from_ms(row[0]), from_ms(row[1]) if row[1] is not None else None)
+
+        return await self.db.run(read, name="activity_get", write=False)
+
+    async def record(self, username: str, last_seen: datetime, returned_at: datetime | None) -> None:
+        params = (canonical(username), to_ms(last_seen), to_ms(returned_at) if returned_at else None)
+        await self.db.run(lambda conn: conn.execute(
+            "INSERT INTO user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (username_lc) DO UPDATE SET last_seen = excluded.last_seen, returned_at = excluded.returned_at",
+            params), name="activity_record")
+
+    async def activate(self, follower: str, followees: Sequence[str], ttl_s: int) -> None:
+        expires, a = now_ms() + ttl_s * 1000, canonical(follower)
+        rows = [(canonical(f), a, follower, expires) for f in dict.fromkeys(followees)]
+        if not rows:
+            return
+        await self.db.run(lambda conn: conn.executemany(
+            "INSERT INTO followers_active (followee_lc, follower_lc, follower, expires_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (followee_lc, follower_lc) DO UPDATE SET expires_at = excluded.expires_at",
+            rows), name="followers_activate")
+
+    async def deactivate(self, follower: str, followee: str) -> None:
+        params = (canonical(followee), canonical(follower))
+        await self.db.run(lambda conn: conn.execute(
+            "DELETE FROM followers_active WHERE followee_lc = ? AND follower_lc = ?", params),
+            name="followers_deactivate")
+
+    async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
+        if limit <= 0:
+            return []
+        params = (canonical(username), canonical(after or ""), now_ms(), limit)
+
+        def read(conn: sqlite3.Connection) -> list[Edge]:
+            rows = conn.execute(
+                "SELECT follower FROM followers_active WHERE followee_lc = ? AND follower_lc > ? AND expires_at > ? "
+                "ORDER BY follower_lc LIMIT ?", params)
+            return [Edge(username=r[0], since=from_ms(0)) for r in rows]
+
+        return await self.db.run(read, name="followers_active", write=False)
+
+
 def build_sqlite_storage(settings: StorageSettings) -> SocialGraphStorage:
     db = SqliteDatabase.for_owner(settings, OWNER)
     return SocialGraphStorage(
@@ -317,4 +390,5 @@ def build_sqlite_storage(settings: StorageSettings) -> SocialGraphStorage:
         follows=SqliteFollows(db),
         outbox=SqliteOutbox(db),
         engine=SqliteEngine(db),
+        activity=SqliteActivity(db),
     )

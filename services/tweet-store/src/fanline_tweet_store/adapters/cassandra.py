@@ -60,6 +60,8 @@ from fanline_shared.cassandra import (
     execute_lwt,
     prepare,
     replica_batches,
+    to_utc,
+    truncate_ms,
     unix_minute,
 )
 from fanline_shared.config import StorageSettings
@@ -126,6 +128,11 @@ CREATE TABLE IF NOT EXISTS {keyspace}.idempotency (
 # query; the registry of large accounts is one small partition.
 HYBRID_MIGRATION = """
 ALTER TABLE {keyspace}.home_timeline ADD IF NOT EXISTS horizon timeuuid static;
+ALTER TABLE {keyspace}.home_timeline ADD IF NOT EXISTS regenerated_at timestamp static;
+CREATE TABLE IF NOT EXISTS {keyspace}.home_regeneration (
+    owner_lc text PRIMARY KEY,
+    claimed_at timestamp
+);
 CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
     shard int,
     author_lc text,
@@ -410,6 +417,17 @@ class CassandraHomeTimeline(Repository):
             session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ?", write=True)
         self._set_horizon = prepare(
             session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET horizon = ? WHERE owner_lc = ?", write=True)
+        # Regeneration: the finish time as its own write timestamp (only
+        # rises), and a claim per owner as an LWT with a TTL.
+        self._regenerated = prepare(
+            session, f"SELECT regenerated_at FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        self._mark_regenerated = prepare(
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET regenerated_at = ? WHERE owner_lc = ?",
+            write=True)
+        self._claim = prepare(
+            session, f"INSERT INTO {ks}.home_regeneration (owner_lc, claimed_at) VALUES (?, ?) IF NOT EXISTS "
+                     "USING TTL ?", write=True, idempotent=False)
+        self._release = prepare(session, f"DELETE FROM {ks}.home_regeneration WHERE owner_lc = ?", write=True)
 
     def _ttl(self, tweet_id: uuid.UUID, now: datetime) -> int:
         """Seconds this tweet's rows still have to live (0: do not write).
@@ -504,6 +522,27 @@ class CassandraHomeTimeline(Repository):
                                             (self._set_horizon, (write_ts, boundary, owner_lc))]),
                       name="home_trim")
         return boundary
+
+    async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
+        await execute(self._session, self._set_horizon,
+                      (_micros(timeuuid_time(tweet_id)), tweet_id, canonical(owner)), name="home_horizon_raise")
+
+    async def regenerated_at(self, owner: str) -> datetime | None:
+        rows = await execute(self._session, self._regenerated, (canonical(owner),), name="home_regenerated_at")
+        return to_utc(rows[0].regenerated_at) if rows and rows[0].regenerated_at else None
+
+    async def mark_regenerated(self, owner: str, at: datetime) -> None:
+        at = truncate_ms(at)
+        await execute(self._session, self._mark_regenerated, (_micros(at), at, canonical(owner)),
+                      name="home_mark_regenerated")
+
+    async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
+        applied, _row = await execute_lwt(self._session, self._claim, (canonical(owner), utcnow(), max(1, ttl_s)),
+                                          name="home_regeneration_claim")
+        return applied
+
+    async def release_regeneration(self, owner: str) -> None:
+        await execute(self._session, self._release, (canonical(owner),), name="home_regeneration_release")
 
 
 def _micros(when: datetime) -> int:

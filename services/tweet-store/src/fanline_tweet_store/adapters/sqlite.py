@@ -16,6 +16,7 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
@@ -25,6 +26,7 @@ from fanline_shared.sqlite import (
     SqliteDatabase,
     SqliteOutbox,
     append_event,
+    from_ms,
     now_ms,
     to_ms,
 )
@@ -72,8 +74,13 @@ CREATE TABLE IF NOT EXISTS idempotency (
 HYBRID_MIGRATION = """
 CREATE TABLE IF NOT EXISTS home_meta (
     owner_lc TEXT PRIMARY KEY,
-    horizon_key TEXT NOT NULL,
-    horizon TEXT NOT NULL
+    horizon_key TEXT,
+    horizon TEXT,
+    regenerated_at INTEGER
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS home_regeneration (
+    owner_lc TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS large_accounts (
     author_lc TEXT PRIMARY KEY,
@@ -315,7 +322,7 @@ class SqliteHomeTimeline:
             )
             ids = [uuid.UUID(r[0]) for r in rows]
             meta = conn.execute("SELECT horizon FROM home_meta WHERE owner_lc = ?", (owner_lc,)).fetchone()
-            return HomeWindow(ids, uuid.UUID(meta[0]) if meta else None)
+            return HomeWindow(ids, uuid.UUID(meta[0]) if meta and meta[0] else None)
 
         return await self.db.run(read, name="home_slice", write=False)
 
@@ -332,15 +339,46 @@ class SqliteHomeTimeline:
                 return None
             key, tweet_id = rows[0]
             conn.execute("DELETE FROM home_timeline WHERE owner_lc = ? AND sort_key < ?", (owner_lc, key))
-            conn.execute(
-                "INSERT INTO home_meta (owner_lc, horizon_key, horizon) VALUES (?, ?, ?) "
-                "ON CONFLICT (owner_lc) DO UPDATE SET horizon_key = excluded.horizon_key, horizon = excluded.horizon "
-                "WHERE excluded.horizon_key > home_meta.horizon_key",
-                (owner_lc, key, tweet_id),
-            )
+            _raise_horizon(conn, owner_lc, key, tweet_id)
             return uuid.UUID(tweet_id)
 
         return await self.db.run(write, name="home_trim")
+
+    async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
+        params = (canonical(owner), timeuuid_sort_key(tweet_id), str(tweet_id))
+        await self.db.run(lambda conn: _raise_horizon(conn, *params), name="home_horizon_raise")
+
+    async def regenerated_at(self, owner: str) -> datetime | None:
+        owner_lc = canonical(owner)
+
+        def read(conn: sqlite3.Connection) -> datetime | None:
+            row = conn.execute("SELECT regenerated_at FROM home_meta WHERE owner_lc = ?", (owner_lc,)).fetchone()
+            return from_ms(row[0]) if row and row[0] is not None else None
+
+        return await self.db.run(read, name="home_regenerated_at", write=False)
+
+    async def mark_regenerated(self, owner: str, at: datetime) -> None:
+        params = (canonical(owner), to_ms(at))
+        await self.db.run(lambda conn: conn.execute(
+            "INSERT INTO home_meta (owner_lc, regenerated_at) VALUES (?, ?) ON CONFLICT (owner_lc) DO UPDATE "
+            "SET regenerated_at = max(coalesce(regenerated_at, 0), excluded.regenerated_at)", params),
+            name="home_mark_regenerated")
+
+    async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
+        owner_lc, now = canonical(owner), now_ms()
+
+        def claim(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM home_regeneration WHERE owner_lc = ? AND expires_at <= ?", (owner_lc, now))
+            cur = conn.execute("INSERT INTO home_regeneration (owner_lc, expires_at) VALUES (?, ?) "
+                               "ON CONFLICT (owner_lc) DO NOTHING", (owner_lc, now + ttl_s * 1000))
+            return cur.rowcount == 1
+
+        return await self.db.run(claim, name="home_regeneration_claim")
+
+    async def release_regeneration(self, owner: str) -> None:
+        owner_lc = canonical(owner)
+        await self.db.run(lambda conn: conn.execute("DELETE FROM home_regeneration WHERE owner_lc = ?", (owner_lc,)),
+                          name="home_regeneration_release")
 
     async def purge(self) -> None:
         """Delete expired rows (bounded; runs at start and every few hundred writes)."""
@@ -351,6 +389,15 @@ def _purge(conn: sqlite3.Connection) -> None:
     conn.execute(
         "DELETE FROM home_timeline WHERE rowid IN (SELECT rowid FROM home_timeline WHERE expires_at <= ? LIMIT ?)",
         (now_ms(), _PURGE_BATCH),
+    )
+
+
+def _raise_horizon(conn: sqlite3.Connection, owner_lc: str, key: str, tweet_id: str) -> None:
+    conn.execute(
+        "INSERT INTO home_meta (owner_lc, horizon_key, horizon) VALUES (?, ?, ?) "
+        "ON CONFLICT (owner_lc) DO UPDATE SET horizon_key = excluded.horizon_key, horizon = excluded.horizon "
+        "WHERE home_meta.horizon_key IS NULL OR excluded.horizon_key > home_meta.horizon_key",
+        (owner_lc, key, tweet_id),
     )
 
 
