@@ -36,9 +36,22 @@ def test_timeouts_must_be_positive(name: str, build: object) -> None:
         build(Env({name: "0"}))  # type: ignore[operator]
 
 
-def test_fanout_busy_rate_may_be_off_but_not_negative(tmp_path: object) -> None:
+@pytest.mark.parametrize("name", ["FANLINE_FANOUT_BUSY_TOLERANCE", "FANLINE_FANOUT_IDLE_TOLERANCE"])
+def test_fanout_limit_tolerances_must_be_positive(tmp_path: object, name: str) -> None:
     base = {"FANLINE_DATA_DIR": str(tmp_path)}
-    off = TweetStoreSettings.from_env({**base, "FANLINE_HOME_WRITE_BUSY_ROWS_PER_S": "0"})
-    assert off.home_writes.busy_rows_per_s == 0.0
-    with pytest.raises(ConfigError, match="FANLINE_HOME_WRITE_BUSY_ROWS_PER_S"):
-        TweetStoreSettings.from_env({**base, "FANLINE_HOME_WRITE_BUSY_ROWS_PER_S": "-5"})
+    assert TweetStoreSettings.from_env({**base, name: "2.5"}).fanout_limit is not None
+    for bad in ("0", "-1"):
+        with pytest.raises(ConfigError, match=name):
+            TweetStoreSettings.from_env({**base, name: bad})
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("FANLINE_HOME_MAX_ROWS", "9"),
+    ("FANLINE_LARGE_ACCOUNT_FOLLOWERS", "0"),
+])
+def test_small_thresholds_have_a_floor(tmp_path: object, name: str, value: str) -> None:
+    from fanline_fanout.config import Settings as WorkerSettings
+
+    build = WorkerSettings.from_env if name == "FANLINE_LARGE_ACCOUNT_FOLLOWERS" else TweetStoreSettings.from_env
+    with pytest.raises(ConfigError, match=name):
+        build({"FANLINE_DATA_DIR": str(tmp_path), name: value})

@@ -29,46 +29,25 @@ class Clock:
         return self.now
 
 
-def test_window_is_busy_during_and_shortly_after_a_user_facing_request() -> None:
+def test_busy_during_and_shortly_after_a_user_facing_request() -> None:
     clock = Clock()
-    activity = ForegroundActivity(FanoutYield(idle_window=128, busy_window=16, quiet_s=0.5), clock)
-    assert activity.window() == 128  # nothing served yet
+    activity = ForegroundActivity(FanoutYield(quiet_s=0.5), clock)
+    assert not activity.busy()  # nothing served yet
 
-    seen: list[int] = []
+    seen: list[bool] = []
 
     async def handler(request: Request) -> Response:
         clock.now += 3.0  # a slow request: still busy at its end
-        seen.append(activity.window())
+        seen.append(activity.busy())
         return Response()
 
     asyncio.run(activity.foreground(handler)(Request({"type": "http", "method": "GET", "headers": []})))
-    assert seen == [16]
-    assert activity.window() == 16  # just finished
+    assert seen == [True]
+    assert activity.busy()  # just finished
     clock.now += 0.49
-    assert activity.window() == 16
+    assert activity.busy()
     clock.now += 0.02
-    assert activity.window() == 128
-
-
-def test_pace_holds_the_fanout_to_the_busy_rate_only_while_busy(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = Clock()
-    slept: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        slept.append(round(seconds, 6))
-
-    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
-    activity = ForegroundActivity(FanoutYield(quiet_s=0.5, busy_rows_per_s=1000), clock)
-    asyncio.run(activity.pace(160, 0.01))
-    assert slept == []  # idle: no cap
-    activity.touch()
-    asyncio.run(activity.pace(160, 0.01))  # 160 rows at 1,000/s take 0.16 s: 0.15 s left
-    asyncio.run(activity.pace(160, 0.5))  # already slower than the cap
-    assert slept == [0.15]
-    off = ForegroundActivity(FanoutYield(quiet_s=0.5, busy_rows_per_s=0), clock)
-    off.touch()
-    asyncio.run(off.pace(160, 0.0))
-    assert slept == [0.15]  # 0: no cap even while busy
+    assert not activity.busy()
 
 
 class FakeResponse:

@@ -141,6 +141,10 @@ HOME_REGENERATIONS = Counter(
 HOME_REGENERATION_DURATION = Histogram(
     "fanline_home_regeneration_duration_seconds", "Time to regenerate one home timeline", buckets=LONG_BUCKETS,
 )
+FANOUT_WRITE_LIMIT = Gauge(
+    "fanline_fanout_write_limit", "Fan-out writes tweet-store lets in flight now (adaptive, limiter.py)",
+    multiprocess_mode="livemax",
+)
 HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],

@@ -83,32 +83,16 @@ CONSISTENCY_SERIAL = "LOCAL_SERIAL"
 
 # Home-timeline writes per in-flight window of the worker (bounded concurrency).
 DEFAULT_FANOUT_CONCURRENCY = 128
-# Fan-out pages one tweet-store process writes at once, whatever the number of
-# workers calling it; further pages wait their turn. With the window below this
-# bounds the writes it keeps queued at Cassandra, and so how long a post's or a
-# read's statements wait behind fan-out on a busy node (Little's law).
-# One page at a time: in bench runs of the post phase (posts while the worker
-# drains a 10,000-follower backlog, 300 posts per column) two pages at a time
-# gave post p99s of 40-66 ms and a gateway mean of 10.5-14 ms; one page, 31-41
-# ms (one column 67) and 8.9-9.5 ms. The price: an author with few followers
-# is one small page, and small pages of different authors are now written one
-# after another (a round trip each) — raise this for many small authors.
+# Without the adaptive limit (adapters built directly, e.g. by tests): fan-out
+# pages one tweet-store storage writes at once. The service always runs the
+# limit (fanline_tweet_store.limiter), where pages do not wait for each other.
 DEFAULT_HOME_WRITE_CALLS = 1
-# tweet-store's fan-out requests in flight per page when no one is waiting
-# (see FanoutYield); each request is a batch of up to
-# DEFAULT_HOME_WRITE_BATCH_ROWS rows. Small on purpose: one node takes its full
-# write rate with a few dozen rows in flight, and every row beyond that is
-# queue a post's or a read's statements wait behind when they arrive (Little's
-# law). History, measured with the bench (post-latency phase, same node):
-# single-row inserts 128 → 16 per page took a post's p99 under fan-out from
-# 68-124 ms to 54-71 ms; then 32 single rows, one page at a time: 31-67 ms.
-# Batches of 10 with 4 in flight (40 rows) and the busy pace below: post
-# p50/p99 under fan-out 8.9/32 ms over 1,200 posts, against 13-16/41-55 ms
-# for 32 single rows in the same week's runs.
+# tweet-store's fan-out requests in flight per page (each a batch of up to
+# DEFAULT_HOME_WRITE_BATCH_ROWS rows); all pages of a process share the
+# adaptive limit of fanline_tweet_store.limiter, which decides how many are in
+# flight in total. The per-page window keeps one large page from taking every
+# slot: a small page of another tweet is written beside it, not after it.
 DEFAULT_HOME_WRITE_WINDOW = 4
-# While user-facing requests are served (see FanoutYield): one request in
-# flight, paced to DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S.
-DEFAULT_HOME_WRITE_WINDOW_BUSY = 1
 # Fan-out rows per request: tweet-store writes a page as unlogged batches of
 # rows whose partitions share their first replica (cassandra.replica_batches):
 # one request instead of ten cut tweet-store's CPU per fan-out row about
@@ -117,18 +101,9 @@ DEFAULT_HOME_WRITE_WINDOW_BUSY = 1
 # unlogged_batch_across_partitions_warn_threshold: one more and it warns on
 # every batch. 1 writes single-row inserts.
 DEFAULT_HOME_WRITE_BATCH_ROWS = 10
-# How long after a user-facing request tweet-store stays in its busy mode.
-# Short, because the busy pace is what caps delivery when posts are steady but
-# sparse: at 0.5 s, two 1,000-follower posts a second kept tweet-store busy all
-# the time and the lag grew without bound (p50 4.5 s after two minutes); at
-# 0.1 s it settled at p50 0.19 s. The price: the fan-out runs unpaced in
-# every gap of 0.1 s between user requests, so under the bench's overload it
-# wrote ~25 % more rows and post p99 was 22-42 ms instead of 23-32 ms.
+# How long after a user-facing request tweet-store counts as busy: the
+# adaptive fan-out limit then tolerates less queueing (limiter.LimitPolicy).
 DEFAULT_FANOUT_YIELD_S = 0.1
-# While busy, fan-out rows per second per tweet-store process (0: no cap). A
-# window alone does not bound the fan-out's share of the machine: with cheap
-# batched writes one request in flight still drives the node flat out.
-DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S = 2000.0
 
 
 @dataclass(frozen=True)
@@ -136,16 +111,11 @@ class FanoutYield:
     """Fan-out writes yield to user-facing requests.
 
     A tweet-store process that served a user-facing request (a post, a read)
-    within the last ``quiet_s`` keeps at most ``busy_window`` fan-out writes in
-    flight per page, otherwise ``idle_window``. On a busy node every statement
-    queues behind the writes in flight, so the busy window bounds how long a
-    post or a read waits behind fan-out; when no one is posting or reading,
-    a backlog drains at full speed. While busy the fan-out is also held to
-    ``busy_rows_per_s`` (0: no cap). The price: under steady user traffic the
-    fan-out runs at the busy pace (delivery lag grows first).
+    within the last ``quiet_s`` is *busy*: its adaptive fan-out limit
+    (``fanline_tweet_store.limiter``) then tolerates less queueing at
+    Cassandra. Each fan-out page keeps at most ``page_window`` requests in
+    flight under that limit.
     """
 
-    idle_window: int = DEFAULT_HOME_WRITE_WINDOW
-    busy_window: int = DEFAULT_HOME_WRITE_WINDOW_BUSY
+    page_window: int = DEFAULT_HOME_WRITE_WINDOW
     quiet_s: float = DEFAULT_FANOUT_YIELD_S
-    busy_rows_per_s: float = DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S

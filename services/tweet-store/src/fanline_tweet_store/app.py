@@ -29,6 +29,7 @@ from .cache import CachedTweets
 from .cap import HomeCap
 from .config import Settings
 from .hybrid import HybridHome
+from .limiter import AdaptiveLimit
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
@@ -85,13 +86,14 @@ def _owners(body: dict[str, Any]) -> list[str]:
 
 def open_storage(settings: Settings, activity: ForegroundActivity | None = None) -> TweetStoreStorage:
     """The storage these settings describe (not yet started), its tweets
-    behind the hydration cache unless that is turned off. With ``activity``,
-    fan-out writes yield to the user-facing requests it tracks."""
-    window = activity.window if activity is not None else settings.home_writes.idle_window
+    behind the hydration cache unless that is turned off. Fan-out writes run
+    under an adaptive limit, stricter while ``activity`` says user-facing
+    requests are served."""
+    limit = AdaptiveLimit(settings.fanout_limit, activity.busy if activity is not None else lambda: False)
     storage = build_storage(settings.storage, home_retention_s=settings.home_retention_s,
-                            home_write_window=window, home_write_calls=settings.home_write_calls,
+                            home_write_window=settings.home_writes.page_window,
                             home_write_batch_rows=settings.home_write_batch_rows,
-                            home_write_pace=activity.pace if activity is not None else None)
+                            home_write_limit=limit)
     if settings.tweet_cache.enabled:
         storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
     return storage

@@ -10,6 +10,7 @@ from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettin
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
 from .hybrid import HybridPolicy
+from .limiter import LimitPolicy
 
 DEFAULT_HOME_MAX_ROWS = 800
 
@@ -22,7 +23,7 @@ class Settings:
     idempotency_ttl_s: int
     follow_merge_count: int
     home_writes: policies.FanoutYield
-    home_write_calls: int
+    fanout_limit: LimitPolicy
     home_write_batch_rows: int
     tweet_cache: TweetCachePolicy
     home_max_rows: int
@@ -40,20 +41,19 @@ class Settings:
             idempotency_ttl_s=env.integer("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1),
             # How many of an author's recent tweets a new follower receives.
             follow_merge_count=env.integer("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50),
-            # Fan-out writes in flight per page (Cassandra only): the idle
-            # window, and the busy one while user-facing requests were served
-            # within the last FANLINE_FANOUT_YIELD_S (policies.FanoutYield).
+            # Fan-out writes (Cassandra only): requests in flight per page under
+            # the process's adaptive limit (limiter.py), which is stricter
+            # while a user-facing request was served within
+            # FANLINE_FANOUT_YIELD_S.
             home_writes=policies.FanoutYield(
-                idle_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_HOME_WRITE_WINDOW, minimum=1),
-                busy_window=env.integer("FANLINE_HOME_WRITE_WINDOW_BUSY", policies.DEFAULT_HOME_WRITE_WINDOW_BUSY,
-                                        minimum=1),
+                page_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_HOME_WRITE_WINDOW, minimum=1),
                 quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),
-                busy_rows_per_s=env.number("FANLINE_HOME_WRITE_BUSY_ROWS_PER_S",
-                                           policies.DEFAULT_HOME_WRITE_BUSY_ROWS_PER_S),
             ),
-            # Fan-out pages written at once per process, whatever the number of
-            # workers calling it: pages x window bounds the queue at Cassandra.
-            home_write_calls=env.integer("FANLINE_HOME_WRITE_CALLS", policies.DEFAULT_HOME_WRITE_CALLS, minimum=1),
+            fanout_limit=LimitPolicy(
+                maximum=env.integer("FANLINE_FANOUT_LIMIT_MAX", LimitPolicy.maximum, minimum=1),
+                busy_tolerance=env.number("FANLINE_FANOUT_BUSY_TOLERANCE", LimitPolicy.busy_tolerance, positive=True),
+                idle_tolerance=env.number("FANLINE_FANOUT_IDLE_TOLERANCE", LimitPolicy.idle_tolerance, positive=True),
+            ),
             # Fan-out rows per request (replica-grouped unlogged batches); 1 =
             # single-row inserts. Above 10 the node warns on every batch.
             home_write_batch_rows=env.integer("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS,

@@ -3,15 +3,14 @@
 tweet-store serves two kinds of callers: the gateway, on behalf of a person
 waiting for an answer (posts, timelines, lookups), and the fan-out worker,
 writing home-timeline rows in the background. On a busy Cassandra node every
-statement queues behind the ones already in flight, so a large fan-out window
-turns straight into post and read latency. This module tracks when a
-user-facing request was last served and gives the fan-out its window
-accordingly.
+statement queues behind the ones already in flight, so fan-out writes in
+flight turn straight into post and read latency. This module tracks when a
+user-facing request was last served; the adaptive fan-out limit
+(``limiter.py``) tolerates less queueing while it is.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -39,21 +38,6 @@ class ForegroundActivity:
 
     def busy(self) -> bool:
         return self._active > 0 or self._clock() - self._last < self._policy.quiet_s
-
-    def window(self) -> int:
-        """Fan-out writes to keep in flight per page right now. Called from
-        the driver's thread as writes complete: reads two numbers, no lock."""
-        return self._policy.busy_window if self.busy() else self._policy.idle_window
-
-    async def pace(self, rows: int, elapsed_s: float) -> None:
-        """Called after ``rows`` fan-out rows took ``elapsed_s`` to write:
-        while busy, sleep so that they take at least ``rows`` divided by the
-        policy's ``busy_rows_per_s``."""
-        rate = self._policy.busy_rows_per_s
-        if rate > 0 and self.busy():
-            wait = rows / rate - elapsed_s
-            if wait > 0:
-                await asyncio.sleep(wait)
 
     def foreground(self, handler: Handler) -> Handler:
         """Wrap a user-facing route handler: the fan-out yields while it runs

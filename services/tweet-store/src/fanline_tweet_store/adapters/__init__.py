@@ -14,6 +14,8 @@ from fanline_shared import policies
 from fanline_shared.config import StorageSettings
 from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, Lifecycle, Outbox, TweetRepository
 
+from ..limiter import AdaptiveLimit
+
 OWNER = "tweet_store"
 
 
@@ -44,13 +46,16 @@ def build_storage(settings: StorageSettings, *, home_retention_s: int,
                   home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
                   home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
                   home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                  home_write_pace: Callable[[int, float], Awaitable[None]] | None = None) -> TweetStoreStorage:
+                  home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
+                  home_write_limit: AdaptiveLimit | None = None) -> TweetStoreStorage:
     """The storage for ``settings.backend``; home-timeline rows live
     ``home_retention_s`` seconds after their tweet's creation. In Cassandra,
     fan-out writes run ``home_write_window`` at a time per page (a number, or
     a function asked as writes complete) and ``home_write_calls`` pages at a
     time per process, each write a batch of up to ``home_write_batch_rows``
-    rows, ``home_write_pace`` awaited every few batches (it may sleep)."""
+    rows, ``home_write_pace`` awaited every few batches (it may sleep); with
+    ``home_write_limit``, every request runs under that adaptive limit
+    instead, ``home_write_window`` per page, no page waiting for another."""
     if home_retention_s <= 0:
         raise ValueError("home_retention_s must be positive")
     if settings.backend == "cassandra":
@@ -59,7 +64,7 @@ def build_storage(settings: StorageSettings, *, home_retention_s: int,
         return build_cassandra_storage(settings, home_retention_s=home_retention_s,
                                        home_write_window=home_write_window, home_write_calls=home_write_calls,
                                        home_write_batch_rows=home_write_batch_rows,
-                                       home_write_pace=home_write_pace)
+                                       home_write_pace=home_write_pace, home_write_limit=home_write_limit)
     if settings.backend == "embedded":
         from .sqlite import build_sqlite_storage
 

@@ -68,6 +68,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time, utcnow
 from fanline_shared.ports import HomeWindow
 
+from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
 
 MINUTES_PER_DAY = 1440
@@ -387,10 +388,15 @@ class CassandraHomeTimeline(Repository):
                  concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
                  calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
                  batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                 pace: Callable[[int, float], Awaitable[None]] | None = None) -> None:
+                 pace: Callable[[int, float], Awaitable[None]] | None = None,
+                 limit: AdaptiveLimit | None = None) -> None:
         super().__init__(keyspace)
+        # With an adaptive limit (the service's default), every fan-out
+        # request of this process runs under it, ``concurrency`` per page and
+        # no page waits for another; without one, the fixed window below.
+        self._limit = limit
         # Awaited after every few requests with (rows, seconds they took); may
-        # sleep to hold the fan-out to a rate (ForegroundActivity.pace).
+        # sleep to hold the fan-out to a rate (used without an adaptive limit).
         self._pace = pace
         self._retention_s = retention_s
         # Requests (batches of up to ``batch_rows`` rows) in flight per page.
@@ -447,9 +453,17 @@ class CassandraHomeTimeline(Repository):
         await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
 
     async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
-        """One row per partition: batched by replica and paced (``pace``)
-        every ``_PACED_BATCHES`` requests; with ``batch_rows`` 1, single-row
-        inserts under the window alone, as before batching."""
+        """One row per partition: batched by replica and run under the
+        adaptive limit; without one, at most ``calls`` pages at a time, paced
+        (``pace``) every ``_PACED_BATCHES`` requests; with ``batch_rows`` 1,
+        single-row inserts under the window alone, as before batching."""
+        if self._limit is not None:
+            window = self._concurrency() if callable(self._concurrency) else self._concurrency
+            requests: list[Any] = (replica_batches(self._session, statement, rows, rows=self._batch_rows)
+                                   if self._batch_rows > 1 else [statement.bind(r) for r in rows])
+            session = self._session
+            await self._limit.write_all(requests, lambda r: execute(session, r, name=name), window)
+            return
         async with self._calls:
             if self._batch_rows == 1:
                 await execute_concurrent(self._session, statement, rows, name=name, concurrency=self._concurrency)
@@ -572,13 +586,14 @@ def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
                             home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
                             home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
                             home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
+                            home_write_limit: AdaptiveLimit | None = None,
                             ) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
         home=CassandraHomeTimeline(keyspace, home_retention_s, home_write_window, home_write_calls,
-                                   home_write_batch_rows, home_write_pace),
+                                   home_write_batch_rows, home_write_pace, home_write_limit),
         outbox=outbox,
         engine=keyspace,
         large=CassandraLargeAccounts(keyspace),

@@ -1,0 +1,97 @@
+"""The adaptive fan-out limit (tweet-store limiter.py): grows while writes come
+back fast, shrinks when they queue, stricter while people are served, FIFO."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drive(limit: AdaptiveLimit, clock: Clock, rtt_s: float, rounds: int) -> None:
+    """``rounds`` round trips with the whole limit in flight, each write taking ``rtt_s``."""
+    for _ in range(rounds):
+        width = int(limit.limit)
+        limit.in_flight = width
+        for _ in range(width):
+            clock.now += rtt_s / width
+            limit.release(rtt_s)
+        limit.in_flight = 0
+
+
+def test_grows_about_one_per_round_trip_while_fast_and_shrinks_when_queueing() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(LimitPolicy(initial=4, maximum=64), busy=lambda: False, clock=clock)
+    drive(limit, clock, 0.005, 10)
+    assert 8 <= limit.limit <= 15  # 4 + up to 1 per round trip
+    grown = limit.limit
+    drive(limit, clock, 0.050, 3)  # 10x the baseline: a queue at Cassandra
+    assert limit.limit <= grown * 0.8 ** 2
+    drive(limit, clock, 0.005, 200)
+    assert limit.limit == 64  # capped
+
+
+def test_busy_tolerates_less_queueing_than_idle() -> None:
+    idle_clock, busy_clock = Clock(), Clock()
+    idle = AdaptiveLimit(LimitPolicy(initial=16), busy=lambda: False, clock=idle_clock)
+    busy = AdaptiveLimit(LimitPolicy(initial=16), busy=lambda: True, clock=busy_clock)
+    for limit, clock in ((idle, idle_clock), (busy, busy_clock)):
+        drive(limit, clock, 0.010, 2)  # the baseline: 10 ms
+        drive(limit, clock, 0.022, 3)  # 2.2x: too slow while busy (1.5x), fine idle (3x)
+    assert idle.limit > 16
+    assert busy.limit < 16
+
+
+def test_a_failed_write_shrinks_the_limit() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(LimitPolicy(initial=10), busy=lambda: False, clock=clock)
+    limit.in_flight = 1
+    limit.release(None)
+    assert limit.limit == 8
+
+
+async def test_write_all_keeps_the_page_window_and_the_shared_limit() -> None:
+    limit = AdaptiveLimit(LimitPolicy(initial=3, maximum=3), busy=lambda: False)
+    in_flight = {"now": 0, "max": 0, "a": 0, "max_a": 0}
+    done: list[str] = []
+
+    async def write(item: str) -> None:
+        in_flight["now"] += 1
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        if item.startswith("a"):
+            in_flight["a"] += 1
+            in_flight["max_a"] = max(in_flight["max_a"], in_flight["a"])
+        await asyncio.sleep(0.001)
+        done.append(item)
+        in_flight["now"] -= 1
+        if item.startswith("a"):
+            in_flight["a"] -= 1
+
+    big = limit.write_all([f"a{n}" for n in range(60)], write, window=2)
+    small = limit.write_all(["b0", "b1"], write, window=2)
+    await asyncio.gather(big, small)
+    assert in_flight["max"] <= 3 and in_flight["max_a"] <= 2
+    assert done.index("b1") < 20  # the small page is written beside the big one, not after it
+
+
+async def test_write_all_raises_the_first_failure_after_the_rest_settle() -> None:
+    limit = AdaptiveLimit(LimitPolicy(initial=4), busy=lambda: False)
+
+    async def write(item: int) -> None:
+        await asyncio.sleep(0)
+        if item == 3:
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        await limit.write_all(range(20), write, window=4)
+    assert limit.in_flight == 0
