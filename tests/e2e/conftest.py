@@ -36,6 +36,10 @@ FAST_ENV = {
     "FANLINE_RELAY_STALE_AFTER_MS": "1500",
     "FANLINE_RELAY_INTERVAL_S": "0.5",
     "FANLINE_LOG_LEVEL": "INFO",
+    # Small pages and slices, so fan-outs of a few dozen followers already
+    # go through the chunks topic (tests/e2e/test_fanout_slices.py).
+    "FANLINE_FANOUT_PAGE_SIZE": "5",
+    "FANLINE_FANOUT_CHUNK": "10",
 }
 
 
@@ -143,6 +147,12 @@ def real_inactive_system(real_infra: Any, tmp_path_factory: pytest.TempPathFacto
 def inactive_system(request: pytest.FixtureRequest) -> System:
     """A system where users are inactive after 3 s (``INACTIVE_ENV``)."""
     return request.getfixturevalue(f"{request.param}_inactive_system")  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
+def default_system(request: pytest.FixtureRequest) -> System:
+    """The default-threshold systems only (every author fanned out on write)."""
+    return request.getfixturevalue(f"{request.param}_system")  # type: ignore[no-any-return]
 
 
 @pytest.fixture(params=["embedded-small", pytest.param("real-small", marks=pytest.mark.real_infra)])

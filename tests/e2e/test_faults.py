@@ -80,6 +80,7 @@ def crash_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
     # 5,000 sign-ups are quick.
     system = make_system("real", 24000, tmp_path, real_infra,
                          FANLINE_FANOUT_PAGE_SIZE="50", FANLINE_FANOUT_PAGES_IN_FLIGHT="1",
+                         FANLINE_FANOUT_CHUNK="1000",
                          FANLINE_HOME_WRITE_BATCH_ROWS="1", FANLINE_HOME_WRITE_WINDOW="1",
                          FANLINE_ARGON2_MEMORY_KIB="64")
     system.start(timeout=180)

@@ -276,3 +276,90 @@ async def test_a_deleted_large_account_tweet_removes_only_the_authors_row() -> N
     await handlers.apply(events.decode(events.tweet_deleted(tid, "star").payload))
     assert tweets.rows["star"] == set()
     assert social.pages_served == served  # no follower was paged: no tombstones for rows never written
+
+
+# --- large fan-outs in independently scheduled slices ---------------------------------
+
+
+class ActiveSocial(FakeSocial):
+    """Pages ``followers-active`` like social-graph: by name, strictly after ``after``."""
+
+    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+        names = sorted(self.followers.get(username, []))
+        rest = [n for n in names if after is None or n > after]
+        page = rest[:limit]
+        self.pages_served += 1
+        return {"items": [{"username": n, "since": "x"} for n in page], "next": page[-1] if len(rest) > limit else None}
+
+
+def make_chunked(followers: int, chunk: int) -> tuple[FanoutHandlers, ActiveSocial, FakeTweets, list[Any]]:
+    social = ActiveSocial({"star": [f"f{i:05d}" for i in range(followers)]})
+    tweets = FakeTweets()
+    handed_on: list[Any] = []
+
+    async def publish(event: Any) -> None:
+        handed_on.append(events.decode(event.payload))
+
+    handlers = FanoutHandlers(social, tweets, page_size=100, pages_in_flight=2,  # type: ignore[arg-type]
+                              chunk_size=chunk, publish_chunk=publish)
+    return handlers, social, tweets, handed_on
+
+
+async def run_all(handlers: FanoutHandlers, first: Any, handed_on: list[Any]) -> int:
+    """Apply ``first`` and every slice it hands on (as the chunk agent would); returns slices."""
+    await handlers.apply(first)
+    slices = 0
+    while handed_on:
+        await handlers.apply(handed_on.pop(0))
+        slices += 1
+    return slices
+
+
+async def test_a_large_fan_out_is_written_in_slices_and_reaches_everyone_once() -> None:
+    handlers, _social, tweets, handed_on = make_chunked(1_050, chunk=300)
+    tid = new_timeuuid()
+    tweets.tweets.add(str(tid))
+    first = events.decode(events.tweet_created(tid, "star", utcnow()).payload)
+    await handlers.apply(first)
+    # Only the first slice was written inline; the rest waits on the chunks topic.
+    assert len([o for o, ids in tweets.rows.items() if str(tid) in ids]) == 300 + 1
+    assert len(handed_on) == 1 and isinstance(handed_on[0], events.FanoutChunk)
+    slices = 0
+    while handed_on:
+        chunk = handed_on.pop(0)
+        await handlers.apply(chunk)
+        slices += 1
+    assert slices == 3  # 300 + 300 + 300 + 150
+    delivered = sorted(o for o, ids in tweets.rows.items() if str(tid) in ids)
+    assert delivered == sorted(["star", *(f"f{i:05d}" for i in range(1_050))])
+
+
+async def test_a_slice_removes_the_row_of_a_follower_who_left_while_it_was_written() -> None:
+    handlers, social, tweets, handed_on = make_chunked(500, chunk=200)
+    tid = new_timeuuid()
+    tweets.tweets.add(str(tid))
+    await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
+    leaver = "f00250"  # in the second slice
+    original_add = tweets.home_add
+
+    async def add_then_unfollow(tweet_id: str, author: str, owners: list[str]) -> None:
+        await original_add(tweet_id, author, owners)
+        if leaver in owners and leaver in social.followers["star"]:
+            social.followers["star"].remove(leaver)  # the unfollow lands mid-slice; its purge ran already
+
+    tweets.home_add = add_then_unfollow  # type: ignore[method-assign]
+    while handed_on:
+        await handlers.apply(handed_on.pop(0))
+    assert str(tid) not in tweets.rows.get(leaver, set())
+    assert str(tid) in tweets.rows["f00249"] and str(tid) in tweets.rows["f00499"]
+
+
+async def test_a_slice_of_a_deleted_tweet_writes_nothing() -> None:
+    handlers, _social, tweets, handed_on = make_chunked(500, chunk=200)
+    tid = new_timeuuid()
+    tweets.tweets.add(str(tid))
+    await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
+    tweets.tweets.discard(str(tid))
+    rows_before = sum(len(v) for v in tweets.rows.values())
+    await run_all(handlers, handed_on.pop(0), handed_on)
+    assert sum(len(v) for v in tweets.rows.values()) == rows_before

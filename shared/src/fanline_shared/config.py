@@ -128,6 +128,7 @@ class KafkaSettings:
     idempotence: bool
     events_topic: str
     dlq_topic: str
+    chunks_topic: str
     partitions: int
     replication_factor: int
     request_timeout_s: float
@@ -139,6 +140,9 @@ class KafkaSettings:
             idempotence=env.boolean("FANLINE_KAFKA_IDEMPOTENCE", True),
             events_topic=env.string("FANLINE_EVENTS_TOPIC", "fanline.events"),
             dlq_topic=env.string("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
+            # The fan-out worker's own topic of large fan-outs' slices.
+            chunks_topic=env.string("FANLINE_CHUNKS_TOPIC",
+                                    env.string("FANLINE_EVENTS_TOPIC", "fanline.events") + ".chunks"),
             partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
             request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),

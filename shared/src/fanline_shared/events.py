@@ -47,6 +47,15 @@ class FollowData(_Data):
     followee: str
 
 
+class FanoutChunkData(_Data):
+    """The rest of one tweet's fan-out: active followers after ``after``."""
+
+    tweet_id: uuid.UUID
+    author: str
+    created_at: datetime
+    after: str
+
+
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
     version: Literal[1]
@@ -74,7 +83,15 @@ class Unfollowed(_Envelope):
     data: FollowData
 
 
-Event = Annotated[TweetCreated | TweetDeleted | Followed | Unfollowed, Field(discriminator="type")]
+class FanoutChunk(_Envelope):
+    """Internal to the fan-out worker, on its chunks topic (never on the
+    events topic): one independently scheduled slice of a large fan-out."""
+
+    type: Literal["FanoutChunk"]
+    data: FanoutChunkData
+
+
+Event = Annotated[TweetCreated | TweetDeleted | Followed | Unfollowed | FanoutChunk, Field(discriminator="type")]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
@@ -114,6 +131,16 @@ def tweet_created(tweet_id: uuid.UUID, author: str, created_at: datetime) -> Out
 
 def tweet_deleted(tweet_id: uuid.UUID, author: str) -> OutboxEvent:
     return _envelope("TweetDeleted", author.lower(), {"tweet_id": str(tweet_id), "author": author})
+
+
+def fanout_chunk(tweet_id: uuid.UUID, author: str, created_at: datetime, after: str) -> OutboxEvent:
+    """Keyed by tweet and slice, so the slices of one fan-out spread over
+    the chunks topic's partitions (and the workers that own them)."""
+    return _envelope(
+        "FanoutChunk",
+        f"{tweet_id}:{after}",
+        {"tweet_id": str(tweet_id), "author": author, "created_at": to_rfc3339(created_at), "after": after},
+    )
 
 
 def followed(follower: str, followee: str) -> OutboxEvent:

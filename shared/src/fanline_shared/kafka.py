@@ -31,7 +31,7 @@ CIRCUIT_OPEN_S = 2.0
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
-    """Create the events and dead-letter topics if missing; return partition
+    """Create the events, dead-letter and fan-out chunks topics if missing; return partition
     counts. Raise ``Unavailable`` if the broker does not answer, and
     ``RuntimeError`` if an existing events topic has fewer partitions than
     configured (operators must add partitions deliberately)."""
@@ -42,7 +42,8 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
         await _quiet_close(admin)
         raise Unavailable(f"kafka unavailable at {settings.bootstrap}: {exc!r}") from None
     try:
-        wanted = {settings.events_topic: settings.partitions, settings.dlq_topic: settings.partitions}
+        wanted = {settings.events_topic: settings.partitions, settings.dlq_topic: settings.partitions,
+                  settings.chunks_topic: settings.partitions}
         existing = set(await admin.list_topics())
         missing = [
             NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor)

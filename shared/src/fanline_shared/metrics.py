@@ -97,6 +97,9 @@ FANOUT_SKIPPED_LARGE = Counter(
     "fanline_fanout_skipped_large_total",
     "Tweets of large accounts not fanned out on write (merged into home timelines at read time)",
 )
+FANOUT_CHUNKS = Counter(
+    "fanline_fanout_chunks_total", "Slices of large fan-outs handed on to the chunks topic",
+)
 EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
 DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
 

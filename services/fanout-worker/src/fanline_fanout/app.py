@@ -32,6 +32,7 @@ import faust
 from faust.types import TP
 
 from fanline_shared import events, metrics
+from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, Unavailable
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
@@ -154,11 +155,26 @@ def create_app(settings: Settings) -> faust.App:
                              key_serializer="raw", value_serializer="raw")
     dead_letter = app.topic(settings.kafka.dlq_topic, partitions=settings.kafka.partitions,
                             key_serializer="raw", value_serializer="raw")
+    chunks_topic = app.topic(settings.kafka.chunks_topic, partitions=settings.kafka.partitions,
+                             key_serializer="raw", value_serializer="raw")
+
+    async def publish_chunk(event: OutboxEvent) -> None:
+        """Durable before the event that handed it on is acknowledged."""
+        started = time.perf_counter()
+        try:
+            fut = await chunks_topic.send(key=event.key.encode(), value=event.payload)
+            await fut
+        except Exception as exc:
+            metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
+            raise Unavailable(f"chunks topic unavailable: {exc!r}") from exc
+        metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
+
     social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
     tweets = TweetStoreClient(SERVICE, settings.peers.tweet_store_url, settings.peers.timeout_s)
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight,
-                              large_account_followers=settings.large_account_followers)
+                              large_account_followers=settings.large_account_followers,
+                              chunk_size=settings.chunk_size, publish_chunk=publish_chunk)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     metrics.set_build_info(SERVICE, __version__)
     # Export the usual dead-letter reasons at 0 from the start: a counter that
@@ -186,6 +202,13 @@ def create_app(settings: Settings) -> faust.App:
         async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
             await process_batch(batch, lambda event: event.key, handle)
 
+    # Slices of large fan-outs: an agent of their own, so they are written
+    # beside the events of every other author, never in front of them.
+    @app.agent(chunks_topic, concurrency=1)
+    async def fanout_chunks(stream: Any) -> None:
+        async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
+            await process_batch(batch, lambda event: event.key, handle)
+
     reported: set[tuple[str, str]] = set()  # lag series this replica exports
 
     @app.timer(interval=5.0)
@@ -195,7 +218,7 @@ def create_app(settings: Settings) -> faust.App:
         total = 0.0
         current: set[tuple[str, str]] = set()
         for tp in consumer.assignment():
-            if not isinstance(tp, TP) or tp.topic != settings.kafka.events_topic:
+            if not isinstance(tp, TP) or tp.topic not in (settings.kafka.events_topic, settings.kafka.chunks_topic):
                 continue
             high = consumer.highwater(tp)
             if high is None:

@@ -28,6 +28,7 @@ class Settings:
     stuck_after_s: float
     data_dir: Path
     large_account_followers: int | None
+    chunk_size: int
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -69,4 +70,8 @@ class Settings:
                 env.integer("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_LARGE_ACCOUNT_FOLLOWERS, minimum=1)
                 if env.boolean("FANLINE_HYBRID_FANOUT", True) else None
             ),
+            # Followers written per slice of a fan-out: past the first slice,
+            # the rest go to the chunks topic as independently scheduled
+            # slices, so one large fan-out never holds up other authors.
+            chunk_size=env.integer("FANLINE_FANOUT_CHUNK", 5000, minimum=1),
         )

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from fanline_shared import metrics
-from fanline_shared.domain import utcnow
+from fanline_shared import events, metrics
+from fanline_shared.domain import OutboxEvent, canonical, utcnow
 from fanline_shared.errors import NotFound
-from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
+from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
 # A large account is re-registered with tweet-store at most this often per
@@ -41,15 +42,21 @@ REGISTRATION_REFRESH_S = 3600.0
 
 class FanoutHandlers:
     def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, *, page_size: int,
-                 pages_in_flight: int, large_account_followers: int | None = None) -> None:
+                 pages_in_flight: int, large_account_followers: int | None = None,
+                 chunk_size: int | None = None,
+                 publish_chunk: Callable[[OutboxEvent], Awaitable[None]] | None = None) -> None:
         """``large_account_followers``: authors with at least this many
         followers are merged at read time instead of fanned out (None: every
-        author is fanned out on write)."""
+        author is fanned out on write). ``chunk_size``: followers written per
+        slice of a fan-out; the rest go to ``publish_chunk`` as
+        ``FanoutChunk`` events (None: every fan-out in one go)."""
         self._social = social
         self._tweets = tweets
         self._page_size = page_size
         self._in_flight = pages_in_flight
         self._large_threshold = large_account_followers
+        self._chunk = chunk_size
+        self._publish_chunk = publish_chunk
         self._registered: dict[str, float] = {}  # author -> monotonic time of the last registration
 
     async def _is_large(self, author: str) -> bool:
@@ -79,6 +86,8 @@ class FanoutHandlers:
             await self.followed(event)
         elif isinstance(event, Unfollowed):
             await self.unfollowed(event)
+        elif isinstance(event, FanoutChunk):
+            await self.fanout_chunk(event)
 
     async def tweet_created(self, event: TweetCreated) -> None:
         data = event.data
@@ -109,13 +118,83 @@ class FanoutHandlers:
             _observe_delivery(data.created_at)
             return
 
+        # The first slice here; the rest as independently scheduled slices
+        # on the chunks topic, so this partition (other authors' events) does
+        # not wait for a large fan-out to finish.
+        rest = await self._for_each_follower_page(data.author, self._writer(tweet_id, data.author),
+                                                  first_page=first, with_author=True,
+                                                  direction="followers-active", max_followers=self._chunk)
+        if rest is not None:
+            await self._hand_on(data.tweet_id, data.author, data.created_at, rest)
+            return
+        _observe_delivery(data.created_at)
+
+    async def fanout_chunk(self, event: FanoutChunk) -> None:
+        """One slice of a large fan-out: the active followers after
+        ``after``, at most ``chunk`` of them.
+
+        The next slice is handed on *before* this one is written, so slices
+        are written side by side by whichever workers own their partitions.
+        A slice runs apart from the author's partition, so an unfollow (or a
+        follower going inactive) can be applied between reading a follower's
+        name and writing their row: afterwards the slice reads its names
+        again, and removes the row of anyone who is no longer there (an
+        unfollow that lands later is purged after this write, by its own
+        event)."""
+        d = event.data
+        tweet_id = str(d.tweet_id)
+        try:
+            await self._tweets.check_tweet(tweet_id)
+        except NotFound:
+            return  # deleted meanwhile: nothing more to deliver
+        names, rest = await self._names(d.author, d.after, self._chunk or self._page_size)
+        if rest is not None:
+            await self._hand_on(d.tweet_id, d.author, d.created_at, rest)
+        write = self._writer(tweet_id, d.author)
+        await self._in_flight_pages([names[i:i + self._page_size] for i in range(0, len(names), self._page_size)],
+                                    write)
+        if names:
+            still, _ = await self._names(d.author, d.after, len(names), until=names[-1])
+            gone = sorted(set(names) - set(still))
+            if gone:
+                await self._tweets.home_remove(tweet_id, gone)
+                metrics.TIMELINE_ROWS_REMOVED.inc(len(gone))
+        if rest is None:
+            _observe_delivery(d.created_at)
+
+    def _writer(self, tweet_id: str, author: str) -> Callable[[list[str]], Awaitable[None]]:
         async def write(page: list[str]) -> None:
-            await self._tweets.home_add(tweet_id, data.author, page)
+            await self._tweets.home_add(tweet_id, author, page)
             metrics.TIMELINE_ROWS_WRITTEN.inc(len(page))
 
-        await self._for_each_follower_page(data.author, write, first_page=first, with_author=True,
-                                           direction="followers-active")
-        _observe_delivery(data.created_at)
+        return write
+
+    async def _hand_on(self, tweet_id: uuid.UUID, author: str, created_at: datetime, after: str) -> None:
+        if self._publish_chunk is None:
+            raise RuntimeError("a chunked fan-out needs a chunks topic")
+        await self._publish_chunk(events.fanout_chunk(tweet_id, author, created_at, after))
+        metrics.FANOUT_CHUNKS.inc()
+
+    async def _names(self, author: str, after: str, limit: int, *, until: str | None = None
+                     ) -> tuple[list[str], str | None]:
+        """Up to ``limit`` active followers after ``after`` (and at most
+        ``until``), and where the next slice starts if more remain."""
+        names: list[str] = []
+        cursor: str | None = after
+        while len(names) < limit:
+            try:
+                page = await self._social.edges(author, "followers-active", min(self._page_size, limit - len(names)),
+                                                cursor)
+            except NotFound:
+                return names, None
+            items = [item["username"] for item in page["items"]]
+            if until is not None:
+                items = [n for n in items if canonical(n) <= canonical(until)]
+            names.extend(items)
+            cursor = page.get("next")
+            if not cursor or (until is not None and len(items) < len(page["items"])):
+                return names, None
+        return names, (canonical(names[-1]) if until is None else None)
 
     async def tweet_deleted(self, event: TweetDeleted) -> None:
         data = event.data
@@ -144,20 +223,18 @@ class FanoutHandlers:
 
     async def _for_each_follower_page(self, author: str, action: Callable[[list[str]], Awaitable[None]], *,
                                       first_page: Awaitable[dict[str, Any]] | None = None,
-                                      with_author: bool = False, direction: str = "followers") -> None:
-        """Page through *all* followers, running ``action`` on each page with
+                                      with_author: bool = False, direction: str = "followers",
+                                      max_followers: int | None = None) -> str | None:
+        """Page through the followers, running ``action`` on each page with
         up to ``pages_in_flight`` pages being written while the next is read.
         ``first_page``: the first page, already being fetched; ``with_author``:
         the author is added to the first page (written even with no followers).
-        Any failure propagates after the in-flight pages settle."""
-        in_flight: set[asyncio.Task[None]] = set()
-
-        async def timed(page: list[str]) -> None:
-            started = time.perf_counter()
-            await action(page)
-            metrics.FANOUT_PAGE_DURATION.observe(time.perf_counter() - started)
-
+        With ``max_followers``, stop after about that many and return where
+        the rest starts (None: every follower was done). Any failure
+        propagates after the in-flight pages settle."""
+        pages = _Pages(action, self._in_flight)
         after: str | None = None
+        done = 0
         try:
             while True:
                 try:
@@ -166,27 +243,67 @@ class FanoutHandlers:
                     else:
                         page = await self._social.edges(author, direction, self._page_size, after)
                 except NotFound:
-                    return  # the author no longer exists
+                    break  # the author no longer exists
                 names = [item["username"] for item in page["items"]]
+                done += len(names)
                 if with_author:
                     names.insert(0, author)
                     with_author = False
-                if names:
-                    in_flight.add(asyncio.create_task(timed(names)))
-                if len(in_flight) >= self._in_flight:
-                    done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                    _raise_first_error(done)
+                await pages.add(names)
                 after = page.get("next")
                 if not after:
                     break
-            while in_flight:
-                done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                _raise_first_error(done)
+                if max_followers is not None and done >= max_followers:
+                    await pages.finish()
+                    return str(after)
+            await pages.finish()
+            return None
         finally:
-            for task in in_flight:
-                task.cancel()
-            if in_flight:
-                await asyncio.gather(*in_flight, return_exceptions=True)
+            await pages.cancel()
+
+    async def _in_flight_pages(self, pages: list[list[str]], action: Callable[[list[str]], Awaitable[None]]) -> None:
+        """Run ``action`` on each page, ``pages_in_flight`` at a time."""
+        runner = _Pages(action, self._in_flight)
+        try:
+            for page in pages:
+                await runner.add(page)
+            await runner.finish()
+        finally:
+            await runner.cancel()
+
+
+class _Pages:
+    """Pages being written, at most ``limit`` at once; failures surface at
+    the next ``add`` or at ``finish``."""
+
+    def __init__(self, action: Callable[[list[str]], Awaitable[None]], limit: int) -> None:
+        self._action = action
+        self._limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _timed(self, page: list[str]) -> None:
+        started = time.perf_counter()
+        await self._action(page)
+        metrics.FANOUT_PAGE_DURATION.observe(time.perf_counter() - started)
+
+    async def add(self, page: list[str]) -> None:
+        if page:
+            self._tasks.add(asyncio.create_task(self._timed(page)))
+        if len(self._tasks) >= self._limit:
+            done, self._tasks = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            _raise_first_error(done)
+
+    async def finish(self) -> None:
+        while self._tasks:
+            done, self._tasks = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            _raise_first_error(done)
+
+    async def cancel(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = set()
 
 
 def _raise_first_error(done: set[asyncio.Task[None]]) -> None:
