@@ -491,7 +491,7 @@ def test_kafka_init_creates_both_topics_with_enough_partitions() -> None:
     assert "/opt/kafka/bin/kafka-topics.sh" in script
     assert "--create" in script and "--if-not-exists" in script
     topics = KafkaSettings.from_env(Env({}))
-    for topic in (topics.events_topic, topics.dlq_topic):
+    for topic in (topics.events_topic, topics.dlq_topic, topics.chunks_topic):
         assert re.search(rf"(?<![\w.]){re.escape(topic)}(?![\w.])", script), f"kafka-init does not create {topic}"
     counts = {int(n) for n in re.findall(r"--partitions[ =](\d+)", script)}
     assert len(counts) == 1, f"one partition count for both topics, found {counts}"

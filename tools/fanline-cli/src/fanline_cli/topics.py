@@ -1,4 +1,4 @@
-"""``fanline topics ensure|verify``: the events and dead-letter topics.
+"""``fanline topics ensure|verify``: the events, dead-letter and fan-out chunks topics.
 
 ``ensure`` is the same code path the gateway and the worker run at start-up
 (``fanline_shared.kafka.ensure_topics``): create what is missing with
@@ -40,7 +40,7 @@ class TopicReport:
 
 async def ensure(settings: KafkaSettings) -> list[TopicReport]:
     counts = await ensure_topics(settings)
-    return [TopicReport(t, counts.get(t, 0), settings.partitions) for t in (settings.events_topic, settings.dlq_topic)]
+    return [TopicReport(t, counts.get(t, 0), settings.partitions) for t in (settings.events_topic, settings.dlq_topic, settings.chunks_topic)]
 
 
 async def verify(settings: KafkaSettings, timeout_s: float = 15.0) -> list[TopicReport]:
@@ -51,7 +51,7 @@ async def verify(settings: KafkaSettings, timeout_s: float = 15.0) -> list[Topic
     except (TimeoutError, KafkaError, OSError) as exc:
         raise Unavailable(f"kafka unavailable at {settings.bootstrap}: {exc!r}") from None
     try:
-        wanted = [settings.events_topic, settings.dlq_topic]
+        wanted = [settings.events_topic, settings.dlq_topic, settings.chunks_topic]
         existing = set(await admin.list_topics())
         present = [t for t in wanted if t in existing]
         described: Any = await admin.describe_topics(present) if present else []
