@@ -131,6 +131,14 @@ class KafkaSettings:
     partitions: int
     replication_factor: int
     request_timeout_s: float
+    # When an outbox row may be forgotten: "broker" once the broker has the
+    # event (real Kafka keeps it), "applied" once the fan-out worker applied
+    # it (the embedded broker keeps messages in memory only; see outbox.py).
+    outbox_ack: Literal["broker", "applied"] = "broker"
+
+    @property
+    def ack_when_applied(self) -> bool:
+        return self.outbox_ack == "applied"
 
     @classmethod
     def from_env(cls, env: Env) -> KafkaSettings:
@@ -142,6 +150,7 @@ class KafkaSettings:
             partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
             request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),
+            outbox_ack=env.choice("FANLINE_OUTBOX_ACK", "broker", ("broker", "applied")),  # type: ignore[arg-type]
         )
 
 

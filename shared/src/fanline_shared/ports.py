@@ -170,3 +170,21 @@ class Outbox(Protocol):
 
     async def ack(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Forget published events. Unknown ids are ignored."""
+
+
+class AppliedAckOutbox(Outbox, Protocol):
+    """An outbox that can keep events until the fan-out worker applied them
+    (the embedded default, whose broker forgets everything when it stops).
+
+    In this mode a published event is only *marked* published (``pending``
+    no longer returns it); the worker ``ack``s it once applied; ``replay``
+    makes every published-but-unapplied event pending again, so it is
+    published anew — run at start, when the embedded broker may have lost
+    it. Only the SQLite adapter implements it (see docs/architecture.md)."""
+
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        """Stop returning these events from ``pending``; unknown ids ignored."""
+
+    async def replay(self) -> int:
+        """Make every published, unacknowledged event pending again; return
+        how many."""

@@ -147,6 +147,7 @@ def create_app(settings: Settings) -> Starlette:
             {"tweet-store": tweets, "social-graph": social},
             sweep_interval_s=settings.relay_interval_s,
             stale_after_ms=settings.relay_stale_after_ms,
+            ack_when_applied=settings.kafka.ack_when_applied,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
         metrics.set_build_info(SERVICE, __version__)

@@ -33,6 +33,7 @@ from faust.types import TP
 
 from fanline_shared import events, metrics
 from fanline_shared.errors import DomainError, Unavailable
+from fanline_shared.outbox import AppliedAcks
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
 
@@ -70,13 +71,15 @@ class Processor:
         self._unexpected = RetryPolicy("fanout_unexpected", attempts=max_attempts,
                                        base_delay_s=0.2, max_delay_s=2.0)
 
-    async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> None:
+    async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> events.Event | None:
+        """Apply the event or dead-letter it; return it once it is settled
+        (None if it could not even be decoded)."""
         try:
             event = events.decode(value)
         except events.InvalidEvent as exc:
             metrics.EVENTS_CONSUMED.labels("invalid", "dead_lettered").inc()
             await self._to_dead_letter(key, value, "invalid_event", str(exc), origin)
-            return
+            return None
         kind = event.type
         started = time.perf_counter()
 
@@ -97,13 +100,14 @@ class Processor:
         except DomainError as exc:
             metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
             await self._to_dead_letter(key, value, exc.code, exc.message, origin)
-            return
+            return event
         except Exception as exc:  # noqa: BLE001 - must never escape into faust
             metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
             await self._to_dead_letter(key, value, "error", f"{type(exc).__name__}: {exc}", origin)
-            return
+            return event
         metrics.FANOUT_DURATION.labels(kind).observe(time.perf_counter() - started)
         metrics.EVENTS_CONSUMED.labels(kind, "ok").inc()
+        return event
 
     async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str,
                               origin: dict[str, str]) -> None:
@@ -159,6 +163,9 @@ def create_app(settings: Settings) -> faust.App:
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
+    # FANLINE_OUTBOX_ACK=applied (the embedded default): tell each event's
+    # owner once it is applied, so its outbox row outlives the in-memory broker.
+    acks = AppliedAcks({"tweet-store": tweets, "social-graph": social}) if settings.kafka.ack_when_applied else None
     metrics.set_build_info(SERVICE, __version__)
     # Export the usual dead-letter reasons at 0 from the start: a counter that
     # first appears at 1 shows no increase() in Prometheus, so the first
@@ -177,13 +184,17 @@ def create_app(settings: Settings) -> faust.App:
     async def handle(event: Any) -> None:
         message = event.message
         origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
-        await processor.process(event.key, event.value, origin)
+        settled = await processor.process(event.key, event.value, origin)
+        if acks is not None and settled is not None:
+            acks.applied(settled)
         progress["last_event"] = time.monotonic()
 
     @app.agent(events_topic, concurrency=1)
     async def fanout(stream: Any) -> None:
         async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
             await process_batch(batch, lambda event: event.key, handle)
+            if acks is not None:
+                await acks.flush()
 
     reported: set[tuple[str, str]] = set()  # lag series this replica exports
 

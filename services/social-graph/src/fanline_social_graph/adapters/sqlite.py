@@ -19,6 +19,7 @@ from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -67,7 +68,7 @@ CREATE TABLE IF NOT EXISTS follow_counts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION)
 
 
 class SqliteEngine:

@@ -21,6 +21,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -65,7 +66,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
