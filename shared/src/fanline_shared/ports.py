@@ -125,9 +125,14 @@ class TweetRepository(Protocol):
     async def get_many(self, tweet_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Tweet]:
         """Tweets by id in one round of queries; deleted/unknown ids absent."""
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         """Remove the tweet everywhere tweet-store keeps it and append
-        ``event`` to the outbox; True if it existed."""
+        ``event`` to the outbox; True if it existed. With ``remember_s``,
+        ``was_deleted`` answers True for this id for at least that long (an
+        idempotent repeat must not bring the tweet back)."""
+
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        """True if ``delete`` removed this tweet and still remembers it."""
 
     async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         """The user's tweet ids, newest first, strictly older than ``before``."""

@@ -32,6 +32,10 @@ from .adapters import TweetStoreStorage
 PURGE_PAGE = 500
 
 
+def _deleted(tweet_id: uuid.UUID) -> NotFound:
+    return NotFound(f"tweet {tweet_id} was deleted", code="tweet_not_found")
+
+
 def tweet_json(tweet: Tweet) -> dict[str, Any]:
     return {
         "id": str(tweet.id),
@@ -59,12 +63,7 @@ class TweetStore:
         if idempotency_key is not None:
             bound = await self._s.tweets.reserve_idempotency_key(author, idempotency_key, tweet, self._idem_ttl)
             if bound.id != tweet.id:
-                # A repeat: (re)write the bound tweet so that an earlier
-                # request that crashed after reserving still completes.
-                tweet = bound
-                event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
-                await self._s.tweets.create(tweet, event)
-                return tweet, False, event
+                return await self._repeat(bound)
         event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
         # Without a key the id above is this call's alone (the gateway never
         # retries an unkeyed create), so the store may skip its existence
@@ -72,6 +71,27 @@ class TweetStore:
         # check (an LWT in Cassandra) decides who counts the tweet.
         created = await self._s.tweets.create(tweet, event, fresh=idempotency_key is None)
         return tweet, created, event
+
+    async def _repeat(self, bound: Tweet) -> tuple[Tweet, bool, OutboxEvent]:
+        """A keyed repeat: (re)write the bound tweet so that an earlier
+        request that crashed after reserving still completes — unless the
+        tweet was deleted since, which answers ``404 tweet_not_found`` and
+        creates nothing (api.md).
+
+        A delete racing this repeat is caught by the second look: ``delete``
+        stores its marker before removing the tweet, so if this rewrite landed
+        after the removal, the marker is visible now and the tweet is
+        removed again (its count and events stay balanced: the rewrite
+        counted it once, this delete uncounts it once)."""
+        tweets = self._s.tweets
+        if await tweets.was_deleted(bound.id):
+            raise _deleted(bound.id)
+        event = events.tweet_created(bound.id, bound.username, bound.created_at)
+        await tweets.create(bound, event)
+        if await tweets.was_deleted(bound.id):
+            await tweets.delete(bound, events.tweet_deleted(bound.id, bound.username), remember_s=self._idem_ttl)
+            raise _deleted(bound.id)
+        return bound, False, event
 
     async def get(self, tweet_id: uuid.UUID) -> Tweet:
         tweet = await self._s.tweets.get(tweet_id)
@@ -84,7 +104,9 @@ class TweetStore:
         if canonical(tweet.username) != canonical(actor):
             raise Forbidden("you can only delete your own tweets", code="forbidden")
         event = events.tweet_deleted(tweet.id, tweet.username)
-        await self._s.tweets.delete(tweet, event)
+        # Remembered for the idempotency window: a keyed repeat of the post
+        # that created it must answer 404, not restore it.
+        await self._s.tweets.delete(tweet, event, remember_s=self._idem_ttl)
         return event
 
     async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None) -> tuple[list[Tweet], str | None]:

@@ -66,7 +66,16 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION)
+# Deleted tweets remembered for the idempotency window, so a keyed repeat
+# after a delete answers 404 instead of restoring the tweet.
+DELETED_MIGRATION = """
+CREATE TABLE IF NOT EXISTS deleted_tweets (
+    tweet_id TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, DELETED_MIGRATION)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
@@ -123,7 +132,7 @@ class SqliteTweets:
 
         return await self.db.run(write, name="tweet_create")
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         tweet_id, author = str(tweet.id), canonical(tweet.username)
 
         def write(conn: sqlite3.Connection) -> bool:
@@ -131,10 +140,24 @@ class SqliteTweets:
             deleted = cur.rowcount == 1
             if deleted:
                 conn.execute(_COUNT, (author, -1))
+            if remember_s > 0:
+                conn.execute(
+                    "INSERT INTO deleted_tweets (tweet_id, expires_at) VALUES (?, ?) "
+                    "ON CONFLICT (tweet_id) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)",
+                    (tweet_id, now_ms() + remember_s * 1000),
+                )
             append_event(conn, event)
             return deleted
 
         return await self.db.run(write, name="tweet_delete")
+
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        def read(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT 1 FROM deleted_tweets WHERE tweet_id = ? AND expires_at > ?",
+                               (str(tweet_id), now_ms())).fetchone()
+            return row is not None
+
+        return await self.db.run(read, name="tweet_was_deleted", write=False)
 
     async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
         user_lc = canonical(username)
@@ -155,10 +178,15 @@ class SqliteTweets:
                 "body = excluded.body, expires_at = excluded.expires_at",
                 (user_lc, key, str(candidate.id), candidate.body, now + max(1, ttl_s) * 1000),
             )
-            if purge:  # now and then, forget expired keys (bounded)
+            if purge:  # now and then, forget expired keys and deletions (bounded)
                 conn.execute(
                     "DELETE FROM idempotency WHERE (username_lc, key) IN "
                     "(SELECT username_lc, key FROM idempotency WHERE expires_at <= ? LIMIT ?)",
+                    (now, _PURGE_BATCH),
+                )
+                conn.execute(
+                    "DELETE FROM deleted_tweets WHERE tweet_id IN "
+                    "(SELECT tweet_id FROM deleted_tweets WHERE expires_at <= ? LIMIT ?)",
                     (now, _PURGE_BATCH),
                 )
             return candidate
