@@ -14,10 +14,11 @@ Delivery guarantees, and the faust pitfalls they work around:
   idle between tweets: measured, one worker wrote half the bare-driver rate.)
 * If an agent raises, faust acks the message and moves on (the event would be
   silently lost), so every event is handled inside ``process`` and never
-  raises: transient errors (a peer or Cassandra unavailable) are retried with
-  backoff for as long as it takes — the partition waits, keeping per-author
-  order — and an event that can never succeed goes to the dead-letter topic
-  with its error, so the partition keeps moving.
+  raises: transient errors (a peer or Cassandra unavailable, a peer's 503)
+  are retried with backoff for as long as it takes — the partition waits,
+  keeping per-author order — and an event that can never succeed (a peer's
+  other 5xx, an unexpected error: ``FANLINE_FANOUT_MAX_ATTEMPTS`` tries) goes
+  to the dead-letter topic with its error, so the partition keeps moving.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import faust
 from faust.types import TP
 
 from fanline_shared import events, metrics
-from fanline_shared.errors import DomainError, Unavailable
+from fanline_shared.errors import DomainError, PeerFailed, Unavailable
 from fanline_shared.outbox import AppliedAcks
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
@@ -62,6 +63,15 @@ async def process_batch(batch: Sequence[T], key: Callable[[T], Hashable],
     await asyncio.gather(*(lane(items) for items in lanes.values()))
 
 
+class _Deterministic(Exception):
+    """Carries a ``PeerFailed`` past the transient retry (which retries every
+    ``Unavailable``) to the bounded one."""
+
+    def __init__(self, error: PeerFailed) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Processor:
     """Turns one raw message into handler calls, retries or a dead letter."""
 
@@ -87,9 +97,16 @@ class Processor:
             metrics.EVENT_RETRIES.labels(kind).inc()
             log.warning("transient failure on %s %s, retrying: %s", kind, event.event_id, exc)
 
+        async def apply_once() -> None:
+            try:
+                await self._handlers.apply(event)
+            except PeerFailed as exc:
+                # Not transient (a peer's 500): out of the endless retry, into
+                # the bounded one below, then the dead-letter topic.
+                raise _Deterministic(exc) from exc
+
         async def transient_retries() -> None:
-            await retry(FANOUT_TRANSIENT, lambda: self._handlers.apply(event),
-                        retry_on=(Unavailable,), on_retry=count_retry)
+            await retry(FANOUT_TRANSIENT, apply_once, retry_on=(Unavailable,), on_retry=count_retry)
 
         try:
             # Unavailable: retried forever inside; anything else unexpected:
@@ -97,6 +114,10 @@ class Processor:
             await retry(self._unexpected, transient_retries, retry_on=(Exception,), on_retry=count_retry)
         except asyncio.CancelledError:
             raise
+        except _Deterministic as exc:
+            metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
+            await self._to_dead_letter(key, value, "peer_failed", exc.error.message, origin)
+            return event
         except DomainError as exc:
             metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
             await self._to_dead_letter(key, value, exc.code, exc.message, origin)
@@ -170,7 +191,7 @@ def create_app(settings: Settings) -> faust.App:
     # Export the usual dead-letter reasons at 0 from the start: a counter that
     # first appears at 1 shows no increase() in Prometheus, so the first
     # dead letter after a restart would be invisible to dashboards and alerts.
-    for reason in ("invalid_event", "error"):
+    for reason in ("invalid_event", "error", "peer_failed"):
         metrics.DEAD_LETTERED.labels(reason)
     joined = {"group": False}
     # Consumers have been seen stuck after broker restarts: readiness fails
