@@ -36,6 +36,10 @@ class FakeSocial:
     async def is_following(self, follower: str, followee: str) -> bool:
         return (follower, followee) in self.following
 
+    async def reconcile_follow(self, follower: str, followee: str) -> bool:
+        self.reconciled = getattr(self, "reconciled", 0) + 1
+        return (follower, followee) in self.following
+
 
 class FakeTweets:
     def __init__(self) -> None:

@@ -76,8 +76,10 @@ class SessionRepository(Protocol):
 class FollowRepository(Protocol):
     """The follow graph and its counts (owned by social-graph).
 
-    ``follow``/``unfollow`` also append ``event`` to the service's outbox in
-    the same write, so the Followed/Unfollowed event cannot be lost."""
+    ``follow``/``unfollow`` also append ``event`` to the service's outbox, no
+    later than the edge changes (in the same write, or before it), so a
+    stored change always has its Followed/Unfollowed event; an event whose
+    change never happened is harmless (the worker checks current state)."""
 
     async def follow(self, follower: str, followee: str, since: datetime, event: OutboxEvent) -> bool:
         """Record ``follower`` → ``followee``; True if it was new. Counts move
@@ -87,6 +89,14 @@ class FollowRepository(Protocol):
         """Remove the edge; True if it existed."""
 
     async def is_following(self, follower: str, followee: str) -> bool: ...
+
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        """Make the dependent rows (the ``followers`` row fan-out reads) agree
+        with the edge as it stands now, and return whether ``follower``
+        follows ``followee``. The worker calls it when it applies a
+        Followed/Unfollowed event, which repairs a follow or unfollow that
+        died between its edge write and its dependent rows (Cassandra; on
+        SQLite they commit together). Idempotent."""
 
     async def following(self, username: str, limit: int, after: str | None) -> list[Edge]:
         """Accounts ``username`` follows, by canonical name ascending, strictly

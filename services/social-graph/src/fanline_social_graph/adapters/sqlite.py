@@ -256,6 +256,10 @@ class SqliteFollows:
 
         return await self.db.run(write, name="unfollow")
 
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        # One transaction per follow/unfollow: the rows always agree already.
+        return await self.is_following(follower, followee)
+
     async def is_following(self, follower: str, followee: str) -> bool:
         a, b = canonical(follower), canonical(followee)
 
