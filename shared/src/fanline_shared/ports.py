@@ -176,6 +176,11 @@ class HomeTimelineRepository(Protocol):
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         """The owner's home timeline ids, newest first, older than ``before``."""
 
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """Those of ``tweet_ids`` that are in the owner's home timeline now
+        (one partition read per hundred ids in Cassandra), so a purge deletes
+        only rows that exist instead of writing tombstones for the rest."""
+
 
 class Outbox(Protocol):
     """Events waiting to be published (one per owning service)."""

@@ -424,6 +424,8 @@ class CassandraHomeTimeline(Repository):
         self._delete = prepare(
             session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
         self._slice = prepare(session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._present = prepare(
+            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
         self._slice_before = prepare(
             session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
 
@@ -487,6 +489,14 @@ class CassandraHomeTimeline(Repository):
         ]
         await asyncio.gather(*(execute(self._session, batch(chunk), name="home_remove_many")
                                for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        ids = list(dict.fromkeys(tweet_ids))
+        results = await asyncio.gather(*(
+            execute(self._session, self._present, (canonical(owner), list(chunk)), name="home_present")
+            for chunk in _chunks(ids, _BATCH_ROWS)))
+        found = {r.tweet_id for rows in results for r in rows}
+        return [i for i in ids if i in found]
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         if limit <= 0:

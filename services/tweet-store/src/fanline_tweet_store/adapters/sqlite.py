@@ -303,6 +303,23 @@ class SqliteHomeTimeline:
         owner_lc = canonical(owner)
         await self._delete([(owner_lc, timeuuid_sort_key(i)) for i in dict.fromkeys(tweet_ids)], "home_remove_many")
 
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        ids = list(dict.fromkeys(tweet_ids))
+        owner_lc = canonical(owner)
+
+        def read(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):  # by (owner_lc, sort_key): the unique index
+                chunk = [timeuuid_sort_key(i) for i in ids[start:start + 500]]
+                marks = ",".join("?" * len(chunk))
+                found.update(r[0] for r in conn.execute(
+                    f"SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key IN ({marks})",
+                    (owner_lc, *chunk)))
+            return found
+
+        found = await self.db.run(read, name="home_present", write=False) if ids else set()
+        return [i for i in ids if str(i) in found]
+
     async def _delete(self, params: list[tuple[str, str]], name: str) -> None:
         if not params:
             return
