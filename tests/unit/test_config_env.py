@@ -42,3 +42,12 @@ def test_fanout_busy_rate_may_be_off_but_not_negative(tmp_path: object) -> None:
     assert off.home_writes.busy_rows_per_s == 0.0
     with pytest.raises(ConfigError, match="FANLINE_HOME_WRITE_BUSY_ROWS_PER_S"):
         TweetStoreSettings.from_env({**base, "FANLINE_HOME_WRITE_BUSY_ROWS_PER_S": "-5"})
+
+
+def test_outbox_ack_applied_needs_the_embedded_backend() -> None:
+    assert KafkaSettings.from_env(Env({})).outbox_ack == "broker"
+    assert KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "applied"})).ack_when_applied
+    with pytest.raises(ConfigError, match="FANLINE_OUTBOX_ACK"):
+        KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "applied", "FANLINE_BACKEND": "cassandra"}))
+    with pytest.raises(ConfigError, match="FANLINE_OUTBOX_ACK"):
+        KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "sometimes"}))
