@@ -39,6 +39,7 @@ _MARKERS = (
     "real_infra: needs the real Cassandra and Kafka started by deploy/local/infra",
     "e2e: runs the whole system as processes",
     "slow: takes more than a few seconds",
+    "fault: injects a fault (a crash, a stalled engine); `pytest -m fault` runs them alone",
 )
 
 

@@ -103,6 +103,9 @@ class System:
         if self.kafka_bootstrap is None:
             # tansu cannot do InitProducerId: no idempotent producer against it.
             env["FANLINE_KAFKA_IDEMPOTENCE"] = "false"
+            # tansu keeps messages in memory only: outbox rows must outlive
+            # the broker until the worker applied them (outbox.py).
+            env["FANLINE_OUTBOX_ACK"] = "applied"
         env.update(self.extra_env)
         return env
 

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,27 @@ async def test_fresh_events_are_pending_once_old_enough(owner: Owner) -> None:
 
 async def test_pending_with_nothing_to_do(owner: Owner) -> None:
     assert await owner.outbox.pending(utcnow(), 0) == []
+
+
+# --- FANLINE_OUTBOX_ACK=applied (the embedded default; SQLite only) ------------------
+
+
+async def test_applied_mode_keeps_published_events_until_acked_and_replays_them(owner: Owner, clock: Clock) -> None:
+    """A published row leaves ``pending`` but stays until the worker's ack;
+    ``replay`` (at start: the embedded broker may have lost it) makes it
+    pending again. The Cassandra outbox deletes on the broker's ack instead."""
+    if not hasattr(owner.outbox, "mark_published"):
+        pytest.skip("only the embedded (SQLite) outbox offers the applied mode")
+    outbox: Any = owner.outbox
+    events = window(clock, 4)
+    for event in events:
+        await owner.append(event)
+    await outbox.mark_published([events[0].id, events[2].id, uuid.uuid1()])
+    mine = [e for e in await outbox.pending(utcnow(), 10_000) if e in events]
+    assert mine == [events[1], events[3]]
+    await outbox.ack([events[2].id])  # applied by the worker: gone for good
+    assert await outbox.replay() >= 1
+    mine = [e for e in await outbox.pending(utcnow(), 10_000) if e in events]
+    assert mine == [events[0], events[1], events[3]]
+    await outbox.ack([e.id for e in events])
+    assert not [e for e in await outbox.pending(utcnow(), 10_000) if e in events]

@@ -26,7 +26,7 @@ from system import System
 from .client import PASSWORD, Api, eventually
 from .conftest import make_system
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.fault]
 
 FOLLOWERS = 5_000
 

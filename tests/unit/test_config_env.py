@@ -55,3 +55,12 @@ def test_small_thresholds_have_a_floor(tmp_path: object, name: str, value: str) 
     build = WorkerSettings.from_env if name == "FANLINE_LARGE_ACCOUNT_FOLLOWERS" else TweetStoreSettings.from_env
     with pytest.raises(ConfigError, match=name):
         build({"FANLINE_DATA_DIR": str(tmp_path), name: value})
+
+
+def test_outbox_ack_applied_needs_the_embedded_backend() -> None:
+    assert KafkaSettings.from_env(Env({})).outbox_ack == "broker"
+    assert KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "applied"})).ack_when_applied
+    with pytest.raises(ConfigError, match="FANLINE_OUTBOX_ACK"):
+        KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "applied", "FANLINE_BACKEND": "cassandra"}))
+    with pytest.raises(ConfigError, match="FANLINE_OUTBOX_ACK"):
+        KafkaSettings.from_env(Env({"FANLINE_OUTBOX_ACK": "sometimes"}))

@@ -36,6 +36,10 @@ class FakeSocial:
     async def is_following(self, follower: str, followee: str) -> bool:
         return (follower, followee) in self.following
 
+    async def reconcile_follow(self, follower: str, followee: str) -> bool:
+        self.reconciled = getattr(self, "reconciled", 0) + 1
+        return (follower, followee) in self.following
+
 
 class FakeTweets:
     def __init__(self) -> None:
@@ -363,3 +367,54 @@ async def test_a_slice_of_a_deleted_tweet_writes_nothing() -> None:
     rows_before = sum(len(v) for v in tweets.rows.values())
     await run_all(handlers, handed_on.pop(0), handed_on)
     assert sum(len(v) for v in tweets.rows.values()) == rows_before
+
+
+async def test_a_peers_deterministic_5xx_is_dead_lettered_not_retried_forever(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer answering 500 (a bug, an event it can never handle) used to come
+    back from ``PeerClient`` as ``Unavailable`` and be retried forever, the
+    partition stalled behind it (issue 14). ``from_status`` is exactly what
+    ``PeerClient.call`` raises for a peer's error response."""
+    import fanline_fanout.app as worker_app
+    from fanline_shared.errors import from_status
+    from fanline_shared.policies import RetryPolicy
+
+    fast = RetryPolicy("fast", attempts=None, base_delay_s=0.001, max_delay_s=0.002)
+    monkeypatch.setattr(worker_app, "FANOUT_TRANSIENT", fast)
+    handlers, _, _ = make(0)
+    calls = 0
+
+    async def broken(event: Any) -> None:
+        nonlocal calls
+        calls += 1
+        raise from_status(500, "error", "tweet-store: internal error")
+
+    monkeypatch.setattr(handlers, "apply", broken)
+    dlq = FakeTopic()
+    processor = Processor(handlers, dlq, max_attempts=3)
+    monkeypatch.setattr(processor, "_unexpected", RetryPolicy("fast", attempts=3, base_delay_s=0.001, max_delay_s=0.002))
+    payload = events.tweet_deleted(new_timeuuid(), "star").payload
+    await asyncio.wait_for(processor.process(b"star", payload, {}), 5)
+    assert calls == 3
+    assert [m["headers"]["error.reason"] for m in dlq.sent] == [b"peer_failed"]
+
+
+async def test_a_peers_503_is_still_transient(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fanline_fanout.app as worker_app
+    from fanline_shared.errors import from_status
+    from fanline_shared.policies import RetryPolicy
+
+    monkeypatch.setattr(worker_app, "FANOUT_TRANSIENT", RetryPolicy("fast", attempts=None, base_delay_s=0.001, max_delay_s=0.002))
+    handlers, _, _ = make(0)
+    calls = 0
+
+    async def overloaded_then_fine(event: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 10:  # more than the unexpected-error budget
+            raise from_status(503, "unavailable", "tweet-store: cassandra timeout")
+
+    monkeypatch.setattr(handlers, "apply", overloaded_then_fine)
+    dlq = FakeTopic()
+    payload = events.tweet_deleted(new_timeuuid(), "star").payload
+    await asyncio.wait_for(Processor(handlers, dlq, max_attempts=2).process(b"star", payload, {}), 5)
+    assert calls == 11 and dlq.sent == []

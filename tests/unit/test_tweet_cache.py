@@ -41,7 +41,7 @@ class HeldStore:
         await self.release.wait()
         return snapshot
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         return self.tweets.pop(tweet.id, None) is not None
 
 

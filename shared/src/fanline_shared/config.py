@@ -132,9 +132,22 @@ class KafkaSettings:
     partitions: int
     replication_factor: int
     request_timeout_s: float
+    # When an outbox row may be forgotten: "broker" once the broker has the
+    # event (real Kafka keeps it), "applied" once the fan-out worker applied
+    # it (the embedded broker keeps messages in memory only; see outbox.py).
+    outbox_ack: Literal["broker", "applied"] = "broker"
+
+    @property
+    def ack_when_applied(self) -> bool:
+        return self.outbox_ack == "applied"
 
     @classmethod
     def from_env(cls, env: Env) -> KafkaSettings:
+        outbox_ack = env.choice("FANLINE_OUTBOX_ACK", "broker", ("broker", "applied"))
+        if outbox_ack == "applied" and env.string("FANLINE_BACKEND", "embedded") == "cassandra":
+            # The Cassandra outbox deletes on the broker's ack only; the relay
+            # would fail every sweep and publish nothing.
+            raise ConfigError("FANLINE_OUTBOX_ACK=applied needs FANLINE_BACKEND=embedded (the SQLite outbox)")
         return cls(
             bootstrap=env.string("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
             idempotence=env.boolean("FANLINE_KAFKA_IDEMPOTENCE", True),
@@ -146,6 +159,7 @@ class KafkaSettings:
             partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
             request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),
+            outbox_ack=outbox_ack,  # type: ignore[arg-type]
         )
 
 

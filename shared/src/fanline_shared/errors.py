@@ -83,6 +83,14 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
+class PeerFailed(Unavailable):
+    """A peer answered a 5xx other than 503: it is up but failed this request
+    deterministically (a bug, an input it cannot handle). Still a 503 at our
+    own edge, but background work must not retry it forever: the fan-out
+    worker dead-letters the event after a bounded number of attempts. Its
+    code stays ``unavailable`` (api.md: every 503 says so)."""
+
+
 class MethodNotAllowed(DomainError):
     """The route exists but not with this method (405)."""
 
@@ -118,5 +126,7 @@ def from_status(status: int, code: str, message: str) -> DomainError:
     """Rebuild a domain error from a peer's error response."""
     cls = _BY_STATUS.get(status)
     if cls is None:
+        if status >= 500:
+            return PeerFailed(f"peer answered {status}: {message}")
         return Unavailable(f"peer answered {status}: {message}")
     return cls(message, code=code)

@@ -10,6 +10,17 @@
 
 Events may therefore be published more than once; the worker is idempotent and
 checks current state, so that is harmless. See docs/architecture.md.
+
+Two acknowledgement modes (``FANLINE_OUTBOX_ACK``):
+
+* ``broker`` (real Kafka, the default): a row is deleted once the broker
+  acknowledged the event — Kafka keeps it durably from then on.
+* ``applied`` (the embedded default, whose broker keeps messages in memory
+  only): a published row is merely *marked* published; the fan-out worker
+  deletes it once it applied the event (``AppliedAcks``), and the relay
+  *replays* every published-but-unapplied row when it starts, since the broker
+  may have lost them. Costs one more internal call per worker batch, so the
+  real-Kafka path does not use it.
 """
 
 from __future__ import annotations
@@ -26,11 +37,12 @@ from starlette.routing import Route
 
 from . import metrics
 from .domain import utcnow
-from .errors import BadRequest, DomainError
+from .errors import BadRequest, Conflict, DomainError
+from .events import Event, TweetCreated, TweetDeleted
 from .kafka import EventPublisher
 from .peers import PeerClient, event_to_json, outbox_ack, outbox_pending
 from .policies import RELAY_BACKOFF
-from .ports import Outbox
+from .ports import AppliedAckOutbox, Outbox
 from .web import json_response, read_json_object, route
 
 log = logging.getLogger(__name__)
@@ -48,19 +60,87 @@ def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list
         events = await get_outbox(request).pending(utcnow() - timedelta(milliseconds=older_than_ms), limit)
         return json_response({"items": [event_to_json(e) for e in events]})
 
-    async def ack(request: Request) -> Response:
+    async def read_ids(request: Request) -> list[uuid.UUID]:
         body = await read_json_object(request, max_bytes=4 * 1024 * 1024)
+        raw = body.get("ids", [])
+        if not isinstance(raw, list):
+            raise BadRequest("ids must be a list of UUIDs")
         try:
-            ids = [uuid.UUID(str(i)) for i in body.get("ids", [])]
+            return [uuid.UUID(str(i)) for i in raw]
         except ValueError:
             raise BadRequest("ids must be UUIDs") from None
-        await get_outbox(request).ack(ids)
+
+    def applied_mode(request: Request) -> AppliedAckOutbox:
+        outbox = get_outbox(request)
+        if not (hasattr(outbox, "mark_published") and hasattr(outbox, "replay")):
+            raise Conflict("this outbox deletes events once the broker has them; "
+                           "FANLINE_OUTBOX_ACK=applied needs the embedded backend",
+                           code="outbox_mode_unsupported")
+        return outbox  # type: ignore[return-value]
+
+    async def ack(request: Request) -> Response:
+        await get_outbox(request).ack(await read_ids(request))
         return Response(status_code=204)
+
+    async def mark_published(request: Request) -> Response:
+        outbox = applied_mode(request)
+        await outbox.mark_published(await read_ids(request))
+        return Response(status_code=204)
+
+    async def replay(request: Request) -> Response:
+        return json_response({"replayed": await applied_mode(request).replay()})
 
     return [
         route(service, "/internal/outbox", pending, ["GET"]),
         route(service, "/internal/outbox/ack", ack, ["POST"]),
+        route(service, "/internal/outbox/published", mark_published, ["POST"]),
+        route(service, "/internal/outbox/replay", replay, ["POST"]),
     ]
+
+
+async def outbox_mark_published(client: PeerClient, ids: list[uuid.UUID]) -> None:
+    await client.call("POST", "/internal/outbox/published", operation="outbox_mark_published",
+                      json={"ids": [str(i) for i in ids]})
+
+
+async def outbox_replay(client: PeerClient) -> int:
+    body = await client.call("POST", "/internal/outbox/replay", operation="outbox_replay")
+    return int(body["replayed"])
+
+
+def event_source(event: Event) -> str:
+    """The service whose outbox holds ``event``."""
+    return "tweet-store" if isinstance(event, TweetCreated | TweetDeleted) else "social-graph"
+
+
+class AppliedAcks:
+    """The fan-out worker's side of ``FANLINE_OUTBOX_ACK=applied``: delete
+    each event's outbox row once the event has been applied (or
+    dead-lettered). An ack that fails is kept for the next flush; one that is
+    lost (the worker dies first) only means the event is replayed and applied
+    again at the next start, which is idempotent."""
+
+    MAX_HELD = 100_000  # never grow without bound while an owner is down
+
+    def __init__(self, sources: dict[str, PeerClient]) -> None:
+        self._sources = sources
+        self._held: dict[str, list[uuid.UUID]] = {name: [] for name in sources}
+
+    def applied(self, event: Event) -> None:
+        held = self._held[event_source(event)]
+        if len(held) < self.MAX_HELD:
+            held.append(event.event_id)
+
+    async def flush(self) -> None:
+        for name, client in self._sources.items():
+            ids, self._held[name] = self._held[name], []
+            if not ids:
+                continue
+            try:
+                await outbox_ack(client, ids)
+            except DomainError as exc:
+                log.warning("outbox ack of %d applied events to %s failed: %s", len(ids), name, exc)
+                self._held[name] = ids + self._held[name]
 
 
 class OutboxRelay:
@@ -74,6 +154,7 @@ class OutboxRelay:
         sweep_interval_s: float = 1.0,
         stale_after_ms: int = 3000,
         batch: int = 500,
+        ack_when_applied: bool = False,
     ) -> None:
         self._publisher = publisher
         self._sources = sources
@@ -83,6 +164,26 @@ class OutboxRelay:
         self._to_ack: dict[str, list[uuid.UUID]] = {name: [] for name in sources}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # ``applied`` mode: a published row is only marked published (the
+        # worker deletes it), and each source is replayed once at start.
+        self._applied_mode = ack_when_applied
+        self._to_replay = set(sources) if ack_when_applied else set()
+
+    async def _settle(self, client: PeerClient, ids: list[uuid.UUID]) -> None:
+        """What "published" means for a row in this mode."""
+        if self._applied_mode:
+            await outbox_mark_published(client, ids)
+        else:
+            await outbox_ack(client, ids)
+
+    async def replay_once(self) -> None:
+        """``applied`` mode, at start: make every published-but-unapplied
+        event pending again — the embedded broker may have lost it."""
+        for name in sorted(self._to_replay):
+            replayed = await outbox_replay(self._sources[name])
+            self._to_replay.discard(name)
+            if replayed:
+                log.info("replaying %d published but unapplied events of %s", replayed, name)
 
     def published(self, source: str, event_id: uuid.UUID) -> None:
         """The fast path published this event; acknowledge it soon."""
@@ -108,7 +209,7 @@ class OutboxRelay:
             if not ids:
                 continue
             try:
-                await outbox_ack(client, ids)
+                await self._settle(client, ids)
             except DomainError as exc:
                 # Not acknowledged: the sweep will republish them, harmlessly.
                 log.warning("outbox ack to %s failed: %s", name, exc)
@@ -125,7 +226,7 @@ class OutboxRelay:
                     break
                 done = await self._publisher.publish_many(events)
                 if done:
-                    await outbox_ack(client, [e.id for e in done])
+                    await self._settle(client, [e.id for e in done])
                     metrics.OUTBOX_RELAYED.labels(name).inc(len(done))
                     total += len(done)
                 if len(done) < len(events) or len(events) < self._batch:
@@ -141,6 +242,7 @@ class OutboxRelay:
                 pass
             self._wake.clear()
             try:
+                await self.replay_once()
                 await self.flush_acks()
                 await self.sweep_once()
                 failures = 0

@@ -180,6 +180,13 @@ class SocialGraphClient(PeerClient):
                                operation="is_following")
         return bool(body["following"])
 
+    async def reconcile_follow(self, follower: str, followee: str) -> bool:
+        """Repair the pair's followers row from its edge (idempotent, so
+        retried); True if ``follower`` follows ``followee``."""
+        body = await self.call("POST", f"/internal/users/{follower}/following/{followee}/reconcile",
+                               operation="reconcile_follow")
+        return bool(body["following"])
+
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
         """``direction`` is "following", "followers" or "followers-active"
         (followers who are active: the ones the fan-out writes to); returns

@@ -52,6 +52,26 @@ SQLITE_WAL_SWITCH = RetryPolicy("sqlite_wal_switch", attempts=100, base_delay_s=
 RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 
+@dataclass(frozen=True)
+class RequestDeadline:
+    """How long the gateway may work on one public request before it gives up
+    and answers ``503`` with ``Retry-After: retry_after_s`` — so a stalled
+    dependency (Cassandra paused, a storage service hung) is refused within
+    a known time instead of holding the client until it comes back. Peer
+    retries (``PEER_REQUEST``) happen inside the deadline, never past it."""
+
+    name: str
+    seconds: float
+    retry_after_s: int = 1
+
+
+# Reads, posts, follows, deletes: well above their p99 (tens of ms), well
+# below a client's patience and Cassandra's own 10 s statement timeout.
+GATEWAY_REQUEST = RequestDeadline("gateway_request", 2.0)
+# Sign-up and login hash a password (argon2id, CPU-bound by design).
+GATEWAY_PASSWORD_REQUEST = RequestDeadline("gateway_password_request", 5.0)
+
+
 async def retry(
     policy: RetryPolicy,
     fn: Callable[[], Awaitable[T]],

@@ -76,8 +76,10 @@ class SessionRepository(Protocol):
 class FollowRepository(Protocol):
     """The follow graph and its counts (owned by social-graph).
 
-    ``follow``/``unfollow`` also append ``event`` to the service's outbox in
-    the same write, so the Followed/Unfollowed event cannot be lost."""
+    ``follow``/``unfollow`` also append ``event`` to the service's outbox, no
+    later than the edge changes (in the same write, or before it), so a
+    stored change always has its Followed/Unfollowed event; an event whose
+    change never happened is harmless (the worker checks current state)."""
 
     async def follow(self, follower: str, followee: str, since: datetime, event: OutboxEvent) -> bool:
         """Record ``follower`` → ``followee``; True if it was new. Counts move
@@ -87,6 +89,14 @@ class FollowRepository(Protocol):
         """Remove the edge; True if it existed."""
 
     async def is_following(self, follower: str, followee: str) -> bool: ...
+
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        """Make the dependent rows (the ``followers`` row fan-out reads) agree
+        with the edge as it stands now, and return whether ``follower``
+        follows ``followee``. The worker calls it when it applies a
+        Followed/Unfollowed event, which repairs a follow or unfollow that
+        died between its edge write and its dependent rows (Cassandra; on
+        SQLite they commit together). Idempotent."""
 
     async def following(self, username: str, limit: int, after: str | None) -> list[Edge]:
         """Accounts ``username`` follows, by canonical name ascending, strictly
@@ -159,9 +169,14 @@ class TweetRepository(Protocol):
     async def get_many(self, tweet_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Tweet]:
         """Tweets by id in one round of queries; deleted/unknown ids absent."""
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         """Remove the tweet everywhere tweet-store keeps it and append
-        ``event`` to the outbox; True if it existed."""
+        ``event`` to the outbox; True if it existed. With ``remember_s``,
+        ``was_deleted`` answers True for this id for at least that long (an
+        idempotent repeat must not bring the tweet back)."""
+
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        """True if ``delete`` removed this tweet and still remembers it."""
 
     async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         """The user's tweet ids, newest first, strictly older than ``before``."""
@@ -210,6 +225,11 @@ class HomeTimelineRepository(Protocol):
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         """The owner's stored home ids, newest first, older than ``before``
         (whatever the horizon: see ``window``)."""
+
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """Those of ``tweet_ids`` that are in the owner's home timeline now
+        (one partition read per hundred ids in Cassandra), so a purge deletes
+        only rows that exist instead of writing tombstones for the rest."""
 
     async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
         """``slice`` plus the owner's horizon, in one round of queries."""
@@ -264,3 +284,21 @@ class Outbox(Protocol):
 
     async def ack(self, event_ids: Sequence[uuid.UUID]) -> None:
         """Forget published events. Unknown ids are ignored."""
+
+
+class AppliedAckOutbox(Outbox, Protocol):
+    """An outbox that can keep events until the fan-out worker applied them
+    (the embedded default, whose broker forgets everything when it stops).
+
+    In this mode a published event is only *marked* published (``pending``
+    no longer returns it); the worker ``ack``s it once applied; ``replay``
+    makes every published-but-unapplied event pending again, so it is
+    published anew — run at start, when the embedded broker may have lost
+    it. Only the SQLite adapter implements it (see docs/architecture.md)."""
+
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        """Stop returning these events from ``pending``; unknown ids ignored."""
+
+    async def replay(self) -> int:
+        """Make every published, unacknowledged event pending again; return
+        how many."""

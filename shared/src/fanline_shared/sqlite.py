@@ -216,6 +216,17 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE INDEX IF NOT EXISTS outbox_by_time ON outbox (sort_key);
 """
 
+# The embedded default's "acknowledged once applied" mode (docs/architecture.md,
+# "The embedded default"): a row handed to the broker is only marked
+# ``published``; the fan-out worker deletes it once it has applied the event,
+# and ``replay`` marks every row unpublished again at start, because the
+# embedded broker (tansu, memory storage) forgets everything when it stops.
+# Real-Kafka deployments delete on the broker's ack and never set the flag.
+OUTBOX_PUBLISHED_MIGRATION = """
+ALTER TABLE outbox ADD COLUMN published INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (published, sort_key);
+"""
+
 
 def append_event(conn: sqlite3.Connection, event: OutboxEvent) -> None:
     """Store ``event`` inside the caller's transaction (same id twice: once)."""
@@ -238,7 +249,8 @@ class SqliteOutbox:
 
         def read(conn: sqlite3.Connection) -> list[OutboxEvent]:
             rows = conn.execute(
-                "SELECT event_id, key, payload FROM outbox WHERE sort_key < ? ORDER BY sort_key LIMIT ?",
+                "SELECT event_id, key, payload FROM outbox WHERE published = 0 AND sort_key < ?"
+                " ORDER BY sort_key LIMIT ?",
                 (bound, limit),
             ).fetchall()
             return [OutboxEvent(id=uuid.UUID(r[0]), key=r[1], payload=bytes(r[2])) for r in rows]
@@ -251,4 +263,19 @@ class SqliteOutbox:
         ids = [(str(i),) for i in dict.fromkeys(event_ids)]
         await self.db.run(lambda conn: conn.executemany("DELETE FROM outbox WHERE event_id = ?", ids),
                           name="outbox_ack")
+
+    async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
+        if not event_ids:
+            return
+        ids = [(str(i),) for i in dict.fromkeys(event_ids)]
+        await self.db.run(
+            lambda conn: conn.executemany("UPDATE outbox SET published = 1 WHERE event_id = ?", ids),
+            name="outbox_mark_published",
+        )
+
+    async def replay(self) -> int:
+        def reset(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("UPDATE outbox SET published = 0 WHERE published = 1").rowcount)
+
+        return await self.db.run(reset, name="outbox_replay")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -23,6 +23,7 @@ from .errors import BadRequest, DomainError, PayloadTooLarge, status_of
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024
+CLIENT_CLOSED_REQUEST = 499
 Handler = Callable[[Request], Awaitable[Response]]
 ReadinessCheck = Callable[[], Awaitable[None]]
 
@@ -56,6 +57,11 @@ def route(service: str, path: str, handler: Handler, methods: list[str], name: s
             response = await handler(request)
         except DomainError as exc:
             response = error_response(exc)
+        except ClientDisconnect:
+            # The client went away mid-body: not our error, nothing to answer.
+            # Counted as 499 (nginx's "client closed request"), never a 500.
+            log.info("client disconnected during %s %s", request.method, path)
+            response = Response(status_code=CLIENT_CLOSED_REQUEST)
         except Exception:
             log.exception("unhandled error on %s %s", request.method, path)
             response = json_response(error_body("internal", "internal error"), 500)

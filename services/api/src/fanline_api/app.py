@@ -28,6 +28,7 @@ from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, re
 from . import __version__, webui
 from .config import Settings
 from .cursors import CursorCodec
+from .deadline import bounded
 from .gateway import Gateway
 from .openapi import openapi_document
 from .ratelimit import RateLimitMiddleware
@@ -153,6 +154,7 @@ def create_app(settings: Settings) -> Starlette:
             {"tweet-store": tweets, "social-graph": social},
             sweep_interval_s=settings.relay_interval_s,
             stale_after_ms=settings.relay_stale_after_ms,
+            ack_when_applied=settings.kafka.ack_when_applied,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
         metrics.set_build_info(SERVICE, __version__)
@@ -182,22 +184,24 @@ def create_app(settings: Settings) -> Starlette:
         await app.state.gateway.publisher.ping()
 
     S = SERVICE
+    # Every public route answers within its deadline (503 + Retry-After past it).
+    R, P = settings.request_deadline, settings.password_deadline
     routes: list[BaseRoute] = [
-        route(S, "/v1/users", create_user, ["POST"]),
-        route(S, "/v1/users", list_users, ["GET"]),
-        route(S, "/v1/users/{username}", get_user, ["GET"]),
-        route(S, "/v1/users/{username}/following", edges("following"), ["GET"]),
-        route(S, "/v1/users/{username}/followers", edges("followers"), ["GET"]),
-        route(S, "/v1/users/{username}/following/{target}", change_follow(True), ["PUT"]),
-        route(S, "/v1/users/{username}/following/{target}", change_follow(False), ["DELETE"]),
-        route(S, "/v1/users/{username}/tweets", timeline("user"), ["GET"]),
-        route(S, "/v1/sessions", create_session, ["POST"]),
-        route(S, "/v1/sessions/current", delete_session, ["DELETE"]),
-        route(S, "/v1/tweets", post_tweet, ["POST"]),
-        route(S, "/v1/tweets/{tweet_id}", get_tweet, ["GET"]),
-        route(S, "/v1/tweets/{tweet_id}", delete_tweet, ["DELETE"]),
-        route(S, "/v1/timeline", timeline("home"), ["GET"]),
-        route(S, "/v1/public", timeline("public"), ["GET"]),
+        route(S, "/v1/users", bounded(create_user, P), ["POST"]),
+        route(S, "/v1/users", bounded(list_users, R), ["GET"]),
+        route(S, "/v1/users/{username}", bounded(get_user, R), ["GET"]),
+        route(S, "/v1/users/{username}/following", bounded(edges("following"), R), ["GET"]),
+        route(S, "/v1/users/{username}/followers", bounded(edges("followers"), R), ["GET"]),
+        route(S, "/v1/users/{username}/following/{target}", bounded(change_follow(True), R), ["PUT"]),
+        route(S, "/v1/users/{username}/following/{target}", bounded(change_follow(False), R), ["DELETE"]),
+        route(S, "/v1/users/{username}/tweets", bounded(timeline("user"), R), ["GET"]),
+        route(S, "/v1/sessions", bounded(create_session, P), ["POST"]),
+        route(S, "/v1/sessions/current", bounded(delete_session, R), ["DELETE"]),
+        route(S, "/v1/tweets", bounded(post_tweet, R), ["POST"]),
+        route(S, "/v1/tweets/{tweet_id}", bounded(get_tweet, R), ["GET"]),
+        route(S, "/v1/tweets/{tweet_id}", bounded(delete_tweet, R), ["DELETE"]),
+        route(S, "/v1/timeline", bounded(timeline("home"), R), ["GET"]),
+        route(S, "/v1/public", bounded(timeline("public"), R), ["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
     ]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
+from fanline_shared.policies import GATEWAY_PASSWORD_REQUEST, GATEWAY_REQUEST, RequestDeadline
 
 # Only for laptops and tests: production must set FANLINE_CURSOR_SECRET (the
 # same value on every gateway replica) so cursors verify across replicas.
@@ -23,6 +24,8 @@ class Settings:
     rate_limit_per_s: float
     rate_limit_burst: int
     ensure_topics: bool
+    request_deadline: RequestDeadline = GATEWAY_REQUEST
+    password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -38,4 +41,10 @@ class Settings:
             rate_limit_per_s=env.number("FANLINE_RATE_LIMIT_PER_S", 0.0),
             rate_limit_burst=env.integer("FANLINE_RATE_LIMIT_BURST", 100, minimum=1),
             ensure_topics=env.boolean("FANLINE_ENSURE_TOPICS", True),
+            request_deadline=RequestDeadline(
+                GATEWAY_REQUEST.name,
+                env.number("FANLINE_REQUEST_TIMEOUT_S", GATEWAY_REQUEST.seconds, positive=True)),
+            password_deadline=RequestDeadline(
+                GATEWAY_PASSWORD_REQUEST.name,
+                env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True)),
         )

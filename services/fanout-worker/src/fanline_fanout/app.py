@@ -14,10 +14,11 @@ Delivery guarantees, and the faust pitfalls they work around:
   idle between tweets: measured, one worker wrote half the bare-driver rate.)
 * If an agent raises, faust acks the message and moves on (the event would be
   silently lost), so every event is handled inside ``process`` and never
-  raises: transient errors (a peer or Cassandra unavailable) are retried with
-  backoff for as long as it takes — the partition waits, keeping per-author
-  order — and an event that can never succeed goes to the dead-letter topic
-  with its error, so the partition keeps moving.
+  raises: transient errors (a peer or Cassandra unavailable, a peer's 503)
+  are retried with backoff for as long as it takes — the partition waits,
+  keeping per-author order — and an event that can never succeed (a peer's
+  other 5xx, an unexpected error: ``FANLINE_FANOUT_MAX_ATTEMPTS`` tries) goes
+  to the dead-letter topic with its error, so the partition keeps moving.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from faust.types import TP
 
 from fanline_shared import events, metrics
 from fanline_shared.domain import OutboxEvent
-from fanline_shared.errors import DomainError, Unavailable
+from fanline_shared.errors import DomainError, PeerFailed, Unavailable
+from fanline_shared.outbox import AppliedAcks
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
 
@@ -62,6 +64,15 @@ async def process_batch(batch: Sequence[T], key: Callable[[T], Hashable],
     await asyncio.gather(*(lane(items) for items in lanes.values()))
 
 
+class _Deterministic(Exception):
+    """Carries a ``PeerFailed`` past the transient retry (which retries every
+    ``Unavailable``) to the bounded one."""
+
+    def __init__(self, error: PeerFailed) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Processor:
     """Turns one raw message into handler calls, retries or a dead letter."""
 
@@ -71,13 +82,15 @@ class Processor:
         self._unexpected = RetryPolicy("fanout_unexpected", attempts=max_attempts,
                                        base_delay_s=0.2, max_delay_s=2.0)
 
-    async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> None:
+    async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> events.Event | None:
+        """Apply the event or dead-letter it; return it once it is settled
+        (None if it could not even be decoded)."""
         try:
             event = events.decode(value)
         except events.InvalidEvent as exc:
             metrics.EVENTS_CONSUMED.labels("invalid", "dead_lettered").inc()
             await self._to_dead_letter(key, value, "invalid_event", str(exc), origin)
-            return
+            return None
         kind = event.type
         started = time.perf_counter()
 
@@ -85,9 +98,16 @@ class Processor:
             metrics.EVENT_RETRIES.labels(kind).inc()
             log.warning("transient failure on %s %s, retrying: %s", kind, event.event_id, exc)
 
+        async def apply_once() -> None:
+            try:
+                await self._handlers.apply(event)
+            except PeerFailed as exc:
+                # Not transient (a peer's 500): out of the endless retry, into
+                # the bounded one below, then the dead-letter topic.
+                raise _Deterministic(exc) from exc
+
         async def transient_retries() -> None:
-            await retry(FANOUT_TRANSIENT, lambda: self._handlers.apply(event),
-                        retry_on=(Unavailable,), on_retry=count_retry)
+            await retry(FANOUT_TRANSIENT, apply_once, retry_on=(Unavailable,), on_retry=count_retry)
 
         try:
             # Unavailable: retried forever inside; anything else unexpected:
@@ -95,16 +115,21 @@ class Processor:
             await retry(self._unexpected, transient_retries, retry_on=(Exception,), on_retry=count_retry)
         except asyncio.CancelledError:
             raise
+        except _Deterministic as exc:
+            metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
+            await self._to_dead_letter(key, value, "peer_failed", exc.error.message, origin)
+            return event
         except DomainError as exc:
             metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
             await self._to_dead_letter(key, value, exc.code, exc.message, origin)
-            return
+            return event
         except Exception as exc:  # noqa: BLE001 - must never escape into faust
             metrics.EVENTS_CONSUMED.labels(kind, "dead_lettered").inc()
             await self._to_dead_letter(key, value, "error", f"{type(exc).__name__}: {exc}", origin)
-            return
+            return event
         metrics.FANOUT_DURATION.labels(kind).observe(time.perf_counter() - started)
         metrics.EVENTS_CONSUMED.labels(kind, "ok").inc()
+        return event
 
     async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str,
                               origin: dict[str, str]) -> None:
@@ -174,13 +199,20 @@ def create_app(settings: Settings) -> faust.App:
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight,
                               large_account_followers=settings.large_account_followers,
-                              chunk_size=settings.chunk_size, publish_chunk=publish_chunk)
+                              # With the in-memory embedded broker an event is acknowledged
+                              # to its outbox once applied, so a fan-out must finish inline:
+                              # a slice handed on to tansu would not outlive it.
+                              chunk_size=None if settings.kafka.ack_when_applied else settings.chunk_size,
+                              publish_chunk=publish_chunk)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
+    # FANLINE_OUTBOX_ACK=applied (the embedded default): tell each event's
+    # owner once it is applied, so its outbox row outlives the in-memory broker.
+    acks = AppliedAcks({"tweet-store": tweets, "social-graph": social}) if settings.kafka.ack_when_applied else None
     metrics.set_build_info(SERVICE, __version__)
     # Export the usual dead-letter reasons at 0 from the start: a counter that
     # first appears at 1 shows no increase() in Prometheus, so the first
     # dead letter after a restart would be invisible to dashboards and alerts.
-    for reason in ("invalid_event", "error"):
+    for reason in ("invalid_event", "error", "peer_failed"):
         metrics.DEAD_LETTERED.labels(reason)
     joined = {"group": False}
     # Consumers have been seen stuck after broker restarts: readiness fails
@@ -194,13 +226,17 @@ def create_app(settings: Settings) -> faust.App:
     async def handle(event: Any) -> None:
         message = event.message
         origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
-        await processor.process(event.key, event.value, origin)
+        settled = await processor.process(event.key, event.value, origin)
+        if acks is not None and settled is not None and not isinstance(settled, events.FanoutChunk):
+            acks.applied(settled)
         progress["last_event"] = time.monotonic()
 
     @app.agent(events_topic, concurrency=1)
     async def fanout(stream: Any) -> None:
         async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
             await process_batch(batch, lambda event: event.key, handle)
+            if acks is not None:
+                await acks.flush()
 
     # Slices of large fan-outs: an agent of their own, so they are written
     # beside the events of every other author, never in front of them.

@@ -211,13 +211,13 @@ class FanoutHandlers:
 
     async def followed(self, event: Followed) -> None:
         d = event.data
-        if await self._social.is_following(d.follower, d.followee):
+        if await self._social.reconcile_follow(d.follower, d.followee):  # also repairs a crashed follow
             merged = await self._tweets.home_merge(d.follower, d.followee)
             metrics.TIMELINE_ROWS_WRITTEN.inc(merged)
 
     async def unfollowed(self, event: Unfollowed) -> None:
         d = event.data
-        if not await self._social.is_following(d.follower, d.followee):
+        if not await self._social.reconcile_follow(d.follower, d.followee):
             removed = await self._tweets.home_purge(d.follower, d.followee)
             metrics.TIMELINE_ROWS_REMOVED.inc(removed)
 

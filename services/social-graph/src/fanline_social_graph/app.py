@@ -122,6 +122,10 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         p = request.path_params
         return json_response({"following": await graph(request).is_following(p["username"], p["target"])})
 
+    async def reconcile(request: Request) -> Response:
+        p = request.path_params
+        return json_response({"following": await graph(request).reconcile(p["username"], p["target"])})
+
     def edges_handler(direction: str):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
             limit = _int_param(request, "limit", 20, INTERNAL_PAGE_MAX)
@@ -146,6 +150,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         route(SERVICE, "/internal/users/{username}/following/{target}", follow, ["PUT"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", unfollow, ["DELETE"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", is_following, ["GET"]),
+        route(SERVICE, "/internal/users/{username}/following/{target}/reconcile", reconcile, ["POST"]),
         route(SERVICE, "/internal/sessions", login, ["POST"]),
         route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
         route(SERVICE, "/internal/sessions/current", logout, ["DELETE"]),

@@ -187,6 +187,10 @@ class SocialGraph:
     async def is_following(self, follower: str, followee: str) -> bool:
         return await self._storage.follows.is_following(follower, followee)
 
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        """Repair the pair's dependent rows from its edge; True if following."""
+        return await self._storage.follows.reconcile(follower, followee)
+
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> tuple[list[Edge], str | None]:
         """One page of following/followers and the ``after`` of the next page."""
         await self.profile(username)  # 404 for unknown users

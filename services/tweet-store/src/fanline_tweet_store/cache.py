@@ -105,13 +105,16 @@ class CachedTweets:
                     self._keep(tweet)
         return found
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        return await self._store.was_deleted(tweet_id)
+
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         # Remembered first, so a read in flight cannot cache it again. If the
         # store then fails, the delete may or may not have happened; this
         # replica errs on hiding the tweet until the client's retry settles it.
         self._deleted[tweet.id] = True
         self._tweets.pop(tweet.id, None)
-        return await self._store.delete(tweet, event)
+        return await self._store.delete(tweet, event, remember_s=remember_s)
 
     async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         return await self._store.userline(username, limit, before)

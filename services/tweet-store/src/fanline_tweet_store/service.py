@@ -37,6 +37,10 @@ from .regeneration import Regenerator
 PURGE_PAGE = 500
 
 
+def _deleted(tweet_id: uuid.UUID) -> NotFound:
+    return NotFound(f"tweet {tweet_id} was deleted", code="tweet_not_found")
+
+
 def tweet_json(tweet: Tweet) -> dict[str, Any]:
     return {
         "id": str(tweet.id),
@@ -74,12 +78,7 @@ class TweetStore:
         if idempotency_key is not None:
             bound = await self._s.tweets.reserve_idempotency_key(author, idempotency_key, tweet, self._idem_ttl)
             if bound.id != tweet.id:
-                # A repeat: (re)write the bound tweet so that an earlier
-                # request that crashed after reserving still completes.
-                tweet = bound
-                event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
-                await self._s.tweets.create(tweet, event)
-                return tweet, False, event
+                return await self._repeat(bound)
         event = events.tweet_created(tweet.id, tweet.username, tweet.created_at)
         # Without a key the id above is this call's alone (the gateway never
         # retries an unkeyed create), so the store may skip its existence
@@ -87,6 +86,27 @@ class TweetStore:
         # check (an LWT in Cassandra) decides who counts the tweet.
         created = await self._s.tweets.create(tweet, event, fresh=idempotency_key is None)
         return tweet, created, event
+
+    async def _repeat(self, bound: Tweet) -> tuple[Tweet, bool, OutboxEvent]:
+        """A keyed repeat: (re)write the bound tweet so that an earlier
+        request that crashed after reserving still completes — unless the
+        tweet was deleted since, which answers ``404 tweet_not_found`` and
+        creates nothing (api.md).
+
+        A delete racing this repeat is caught by the second look: ``delete``
+        stores its marker before removing the tweet, so if this rewrite landed
+        after the removal, the marker is visible now and the tweet is
+        removed again (its count and events stay balanced: the rewrite
+        counted it once, this delete uncounts it once)."""
+        tweets = self._s.tweets
+        if await tweets.was_deleted(bound.id):
+            raise _deleted(bound.id)
+        event = events.tweet_created(bound.id, bound.username, bound.created_at)
+        await tweets.create(bound, event)
+        if await tweets.was_deleted(bound.id):
+            await tweets.delete(bound, events.tweet_deleted(bound.id, bound.username), remember_s=self._idem_ttl)
+            raise _deleted(bound.id)
+        return bound, False, event
 
     async def get(self, tweet_id: uuid.UUID) -> Tweet:
         tweet = await self._s.tweets.get(tweet_id)
@@ -99,7 +119,9 @@ class TweetStore:
         if canonical(tweet.username) != canonical(actor):
             raise Forbidden("you can only delete your own tweets", code="forbidden")
         event = events.tweet_deleted(tweet.id, tweet.username)
-        await self._s.tweets.delete(tweet, event)
+        # Remembered for the idempotency window: a keyed repeat of the post
+        # that created it must answer 404, not restore it.
+        await self._s.tweets.delete(tweet, event, remember_s=self._idem_ttl)
         return event
 
     async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None,
@@ -169,9 +191,12 @@ class TweetStore:
         while True:
             ids = await self._s.tweets.userline(author, PURGE_PAGE, before)
             live = [i for i in ids if timeuuid_time(i) > horizon]
-            if live:
-                await self._s.home.remove_many(owner, live)
-                removed += len(live)
+            # Only the rows that are there: a delete of an absent row is a
+            # tombstone every later read of this home timeline must skip.
+            present = await self._s.home.present(owner, live) if live else []
+            if present:
+                await self._s.home.remove_many(owner, present)
+                removed += len(present)
             if len(ids) < PURGE_PAGE or len(live) < len(ids):
                 return removed
             before = ids[-1]

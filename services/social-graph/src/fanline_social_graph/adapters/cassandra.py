@@ -17,8 +17,13 @@ One keyspace (``settings.keyspace("social_graph")``), one table per query:
 Writes that span partitions cannot be atomic with the LWT. They are ordered so
 that a retry heals a crashed attempt: the LWT decides whether the change is
 new (and only then are counters moved); the dependent rows (``followers``,
-``users_by_prefix``, the outbox event) are (re)written whether or not it
-applied, and they are idempotent.
+``users_by_prefix``) are (re)written whether or not it applied, and they are
+idempotent. A follow's or unfollow's outbox event is written *before* its LWT:
+a crash after the LWT then still leaves the event, and the worker, applying
+it, calls ``reconcile``, which rewrites the ``followers`` row from the edge
+read at SERIAL consistency. (An event whose LWT never ran is a no-op: the
+worker checks current state.) Counters of a change that died after its LWT
+stay one off; they are display values.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
+from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
     OUTBOX_MIGRATIONS,
@@ -274,6 +279,11 @@ class CassandraFollows(Repository):
             f"SELECT follower, since FROM {ks}.followers WHERE followee_lc = ? AND follower_lc > ? LIMIT ?")
         self._counts = prepare(
             session, f"SELECT followers, following FROM {ks}.follow_counts WHERE username_lc = ?")
+        # SERIAL: sees (and completes) an LWT still in progress, so a repair
+        # never acts on an edge about to change under it.
+        self._edge_serial = prepare(
+            session, f"SELECT followee, since FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ?")
+        self._edge_serial.consistency_level = ConsistencyLevel.LOCAL_SERIAL
 
     async def _write(self, statements: Sequence[tuple[PreparedStatement, Sequence[Any]]], name: str) -> None:
         await asyncio.gather(*(execute(self._session, s, p, name=name) for s, p in statements))
@@ -281,16 +291,12 @@ class CassandraFollows(Repository):
     async def follow(self, follower: str, followee: str, since: datetime, event: OutboxEvent) -> bool:
         a, b = canonical(follower), canonical(followee)
         since = truncate_ms(since)
-        # The outbox minute index first (harmless if nothing follows it).
-        (applied, row), _ = await asyncio.gather(
-            execute_lwt(self._session, self._follow, (a, b, followee, since), name="follow_edge"),
-            self._outbox.ensure_index(event),
-        )
+        await self._event_first(event)
+        applied, row = await execute_lwt(self._session, self._follow, (a, b, followee, since), name="follow_edge")
         if not applied and row is not None and getattr(row, "since", None) is not None:
             since = row.since  # keep the reverse row identical to the edge
         writes: list[tuple[PreparedStatement, Sequence[Any]]] = [
             (self._add_follower, (b, a, follower, since)),
-            self._outbox.row_write(event),
         ]
         if applied:
             writes += [(self._bump_followers, (1, b)), (self._bump_following, (1, a))]
@@ -299,18 +305,37 @@ class CassandraFollows(Repository):
 
     async def unfollow(self, follower: str, followee: str, event: OutboxEvent) -> bool:
         a, b = canonical(follower), canonical(followee)
-        (applied, _row), _ = await asyncio.gather(
-            execute_lwt(self._session, self._unfollow, (a, b), name="unfollow_edge"),
-            self._outbox.ensure_index(event),
-        )
+        await self._event_first(event)
+        applied, _row = await execute_lwt(self._session, self._unfollow, (a, b), name="unfollow_edge")
         writes: list[tuple[PreparedStatement, Sequence[Any]]] = [
             (self._remove_follower, (b, a)),
-            self._outbox.row_write(event),
         ]
         if applied:
             writes += [(self._bump_followers, (-1, b)), (self._bump_following, (-1, a))]
         await self._write(writes, "unfollow_rows")
         return applied
+
+    async def _event_first(self, event: OutboxEvent) -> None:
+        """The event (and its minute index) before the edge's LWT: an edge
+        change never exists without its event (see the module docstring)."""
+        index = self._outbox.index_write(event)
+        statement, params = self._outbox.row_write(event)
+        writes = [execute(self._session, statement, params, name="follow_event")]
+        if index is not None:
+            writes.append(execute(self._session, index[0], index[1], name="outbox_index"))
+        await asyncio.gather(*writes)
+        if index is not None:
+            self._outbox.remember_index(event)
+
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        a, b = canonical(follower), canonical(followee)
+        rows = await execute(self._session, self._edge_serial, (a, b), name="follow_reconcile_read")
+        if rows:
+            await execute(self._session, self._add_follower, (b, a, follower, rows[0].since),
+                          name="follow_reconcile")
+            return True
+        await execute(self._session, self._remove_follower, (b, a), name="follow_reconcile")
+        return False
 
     async def is_following(self, follower: str, followee: str) -> bool:
         rows = await execute(self._session, self._is_following, (canonical(follower), canonical(followee)),

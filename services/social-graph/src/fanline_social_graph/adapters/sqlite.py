@@ -20,6 +20,7 @@ from fanline_shared.errors import Conflict
 from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -84,7 +85,7 @@ CREATE TABLE IF NOT EXISTS followers_active (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, ACTIVITY_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, ACTIVITY_MIGRATION)
 
 
 class SqliteEngine:
@@ -271,6 +272,10 @@ class SqliteFollows:
             return removed
 
         return await self.db.run(write, name="unfollow")
+
+    async def reconcile(self, follower: str, followee: str) -> bool:
+        # One transaction per follow/unfollow: the rows always agree already.
+        return await self.is_following(follower, followee)
 
     async def is_following(self, follower: str, followee: str) -> bool:
         a, b = canonical(follower), canonical(followee)

@@ -22,6 +22,8 @@ unbounded partition:
   threshold), a bounded number in flight (``execute_each``);
 * ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING
   TTL``: the first reservation wins, every later one reads the bound tweet.
+* ``deleted_tweets`` — ids of deleted tweets, ``USING TTL`` the idempotency
+  window: a keyed repeat after a delete answers 404 instead of restoring it.
 
 Creating a tweet: the LWT on ``tweets`` (concurrently with the outbox's minute
 index row), then ONE small LOGGED batch with the userline row, the public
@@ -30,7 +32,10 @@ multi-partition logged batch in the project: it makes "visible in the
 timelines" and "event queued" all-or-nothing (eventually), and it stays a few
 hundred bytes. The batch is written whether or not the LWT applied, so a
 retry of a crashed create heals it; counters move only when it applied.
-Deletion mirrors this.
+Deletion mirrors this, and its batch also deletes the ``tweets`` row with a
+client timestamp past the row's write time: an unkeyed tweet is a plain
+INSERT stamped by tweet-store's clock, which an LWT (stamped by Cassandra's)
+cannot be relied on to shadow.
 """
 
 from __future__ import annotations
@@ -123,6 +128,14 @@ CREATE TABLE IF NOT EXISTS {keyspace}.idempotency (
 );
 """
 
+# Deleted tweets remembered (with a TTL: the idempotency window), so a keyed
+# repeat after a delete answers 404 instead of restoring the tweet.
+DELETED_MIGRATION = """
+CREATE TABLE IF NOT EXISTS {keyspace}.deleted_tweets (
+    tweet_id timeuuid PRIMARY KEY
+);
+"""
+
 # Bounded home timelines and large accounts (docs/architecture.md, "Large
 # accounts, inactive users, bounded storage"): the horizon of each home
 # timeline is a static column, so it comes back with every slice at no extra
@@ -141,7 +154,7 @@ CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, HYBRID_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, DELETED_MIGRATION, HYBRID_MIGRATION)
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
@@ -170,6 +183,14 @@ class CassandraTweets(Repository):
                                write=True)
         self._delete = p(session, f"DELETE FROM {ks}.tweets WHERE tweet_id = ? IF EXISTS",
                          write=True, idempotent=False)
+        # The same row's deletion at the client's clock, no earlier than the
+        # write it removes (see ``delete``).
+        self._delete_plain = p(session, f"DELETE FROM {ks}.tweets USING TIMESTAMP ? WHERE tweet_id = ?",
+                               write=True)
+        self._writetime = p(session, f"SELECT WRITETIME(body) AS written FROM {ks}.tweets WHERE tweet_id = ?")
+        self._remember_deleted = p(session, f"INSERT INTO {ks}.deleted_tweets (tweet_id) VALUES (?) USING TTL ?",
+                                   write=True)
+        self._was_deleted = p(session, f"SELECT tweet_id FROM {ks}.deleted_tweets WHERE tweet_id = ?")
         self._get = p(session, f"SELECT tweet_id, username, body FROM {ks}.tweets WHERE tweet_id = ?")
         self._userline_add = p(session, f"INSERT INTO {ks}.userline (username_lc, tweet_id) VALUES (?, ?)",
                                write=True)
@@ -265,21 +286,35 @@ class CassandraTweets(Repository):
         self._indexed_minutes.add(minute)
         self._indexed_days.add(day)
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
+        """The LWT decides "did it exist" (so the counter moves once); the
+        logged batch after it also deletes the row with a *client* timestamp
+        no earlier than the row's own write time. An unkeyed (``fresh``) tweet
+        is a plain INSERT stamped by tweet-store's clock while the LWT is
+        stamped by Cassandra's Paxos ballot: with tweet-store's clock ahead,
+        the LWT's tombstone alone is older than the row and loses (issue 14).
+        The deletion marker is written first, so a keyed repeat racing this
+        delete sees it after its own rewrite (``TweetStore._repeat``)."""
         author = canonical(tweet.username)
         _day, minute = public_bucket(tweet.id)
-        (applied, _row), _ = await asyncio.gather(
-            execute_lwt(self._session, self._delete, (tweet.id,), name="tweet_delete"),
+        first: list[Awaitable[Any]] = [
             self._outbox.ensure_index(event),
-        )
-        rows = batch(
-            [
-                (self._userline_del, (author, tweet.id)),
-                (self._public_del, (minute, tweet.id)),
-                self._outbox.row_write(event),
-            ],
-            logged=True,
-        )
+            execute(self._session, self._writetime, (tweet.id,), name="tweet_writetime"),
+        ]
+        if remember_s > 0:
+            first.append(execute(self._session, self._remember_deleted,
+                                 (tweet.id, max(1, min(remember_s + 1, MAX_TTL))), name="tweet_remember_deleted"))
+        _, written, *_ = await asyncio.gather(*first)
+        applied, _row = await execute_lwt(self._session, self._delete, (tweet.id,), name="tweet_delete")
+        statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
+            (self._userline_del, (author, tweet.id)),
+            (self._public_del, (minute, tweet.id)),
+            self._outbox.row_write(event),
+        ]
+        if written and written[0].written is not None:
+            stamp = max(int(written[0].written) + 1, int(time.time() * 1_000_000))
+            statements.append((self._delete_plain, (stamp, tweet.id)))
+        rows = batch(statements, logged=True)
         writes = [execute(self._session, rows, name="tweet_delete_rows")]
         if applied:
             writes.append(execute(self._session, self._count, (-1, author), name="tweet_count"))
@@ -298,6 +333,9 @@ class CassandraTweets(Repository):
         return Tweet(id=row.tweet_id, username=candidate.username, body=row.body)
 
     # --- reads ------------------------------------------------------------------
+
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        return bool(await execute(self._session, self._was_deleted, (tweet_id,), name="tweet_was_deleted"))
 
     async def get(self, tweet_id: uuid.UUID) -> Tweet | None:
         rows = await execute(self._session, self._get, (tweet_id,), name="tweet_get")
@@ -413,6 +451,8 @@ class CassandraHomeTimeline(Repository):
         self._delete = prepare(
             session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
         self._slice = prepare(session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._present = prepare(
+            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
         self._slice_before = prepare(
             session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
         self._horizon = prepare(session, f"SELECT horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
@@ -503,6 +543,14 @@ class CassandraHomeTimeline(Repository):
         ]
         await asyncio.gather(*(execute(self._session, batch(chunk), name="home_remove_many")
                                for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        ids = list(dict.fromkeys(tweet_ids))
+        results = await asyncio.gather(*(
+            execute(self._session, self._present, (canonical(owner), list(chunk)), name="home_present")
+            for chunk in _chunks(ids, _BATCH_ROWS)))
+        found = {r.tweet_id for rows in results for r in rows}
+        return [i for i in ids if i in found]
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         return (await self.window(owner, limit, before)).ids

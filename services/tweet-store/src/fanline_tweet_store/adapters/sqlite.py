@@ -23,6 +23,7 @@ from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_k
 from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -68,6 +69,15 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 """
 
+# Deleted tweets remembered for the idempotency window, so a keyed repeat
+# after a delete answers 404 instead of restoring the tweet.
+DELETED_MIGRATION = """
+CREATE TABLE IF NOT EXISTS deleted_tweets (
+    tweet_id TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 # Bounded home timelines and large accounts: each owner's horizon (the
 # oldest id its stored rows are trusted down to) and the registry of authors
 # whose tweets are merged at read time.
@@ -88,7 +98,7 @@ CREATE TABLE IF NOT EXISTS large_accounts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, HYBRID_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, DELETED_MIGRATION, HYBRID_MIGRATION)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
@@ -145,7 +155,7 @@ class SqliteTweets:
 
         return await self.db.run(write, name="tweet_create")
 
-    async def delete(self, tweet: Tweet, event: OutboxEvent) -> bool:
+    async def delete(self, tweet: Tweet, event: OutboxEvent, *, remember_s: int = 0) -> bool:
         tweet_id, author = str(tweet.id), canonical(tweet.username)
 
         def write(conn: sqlite3.Connection) -> bool:
@@ -153,10 +163,24 @@ class SqliteTweets:
             deleted = cur.rowcount == 1
             if deleted:
                 conn.execute(_COUNT, (author, -1))
+            if remember_s > 0:
+                conn.execute(
+                    "INSERT INTO deleted_tweets (tweet_id, expires_at) VALUES (?, ?) "
+                    "ON CONFLICT (tweet_id) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)",
+                    (tweet_id, now_ms() + remember_s * 1000),
+                )
             append_event(conn, event)
             return deleted
 
         return await self.db.run(write, name="tweet_delete")
+
+    async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
+        def read(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT 1 FROM deleted_tweets WHERE tweet_id = ? AND expires_at > ?",
+                               (str(tweet_id), now_ms())).fetchone()
+            return row is not None
+
+        return await self.db.run(read, name="tweet_was_deleted", write=False)
 
     async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
         user_lc = canonical(username)
@@ -177,10 +201,15 @@ class SqliteTweets:
                 "body = excluded.body, expires_at = excluded.expires_at",
                 (user_lc, key, str(candidate.id), candidate.body, now + max(1, ttl_s) * 1000),
             )
-            if purge:  # now and then, forget expired keys (bounded)
+            if purge:  # now and then, forget expired keys and deletions (bounded)
                 conn.execute(
                     "DELETE FROM idempotency WHERE (username_lc, key) IN "
                     "(SELECT username_lc, key FROM idempotency WHERE expires_at <= ? LIMIT ?)",
+                    (now, _PURGE_BATCH),
+                )
+                conn.execute(
+                    "DELETE FROM deleted_tweets WHERE tweet_id IN "
+                    "(SELECT tweet_id FROM deleted_tweets WHERE expires_at <= ? LIMIT ?)",
                     (now, _PURGE_BATCH),
                 )
             return candidate
@@ -296,6 +325,23 @@ class SqliteHomeTimeline:
     async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
         owner_lc = canonical(owner)
         await self._delete([(owner_lc, timeuuid_sort_key(i)) for i in dict.fromkeys(tweet_ids)], "home_remove_many")
+
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        ids = list(dict.fromkeys(tweet_ids))
+        owner_lc = canonical(owner)
+
+        def read(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):  # by (owner_lc, sort_key): the unique index
+                chunk = [timeuuid_sort_key(i) for i in ids[start:start + 500]]
+                marks = ",".join("?" * len(chunk))
+                found.update(r[0] for r in conn.execute(
+                    f"SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key IN ({marks})",
+                    (owner_lc, *chunk)))
+            return found
+
+        found = await self.db.run(read, name="home_present", write=False) if ids else set()
+        return [i for i in ids if str(i) in found]
 
     async def _delete(self, params: list[tuple[str, str]], name: str) -> None:
         if not params:
