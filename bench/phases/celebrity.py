@@ -1,0 +1,405 @@
+"""Celebrity: authors with 1k … 1M followers, with the hybrid fan-out off
+and on (issue 13, item 5).
+
+Followers are bulk-loaded into social-graph's tables (``seed.bulk_load_edges``):
+celebrity ``N`` is followed by the first N accounts of a pool named in index
+order, so the last follower by name — whose page the fan-out writes last —
+is the pool's account N - 1. For each follower count, first with
+``FANLINE_HYBRID_FANOUT=false`` (every run of that mode), then ``true`` (the
+worker is restarted in between; off first, because a registered large
+account stays merged at read time):
+
+* **post** p99 of the celebrity's ``Plan.celebrity_posts`` tweets;
+* **readable by the last follower**: watchers (the first, the last and three
+  random followers, logged in) poll ``GET /v1/timeline`` until every tweet is
+  on their page; per tweet, from its 201 to the last watcher seeing it;
+* **ordinary authors' delivery lag** meanwhile: ``ordinary_authors`` authors
+  with ``ordinary_followers`` followers each post ``ordinary_rate`` tweets/s
+  in turn from before the first celebrity post until every watcher has every
+  tweet; a tweet's lag is its last home row's ``WRITETIME`` minus its 201;
+* **stored rows**: rows the workers wrote during the run, rows in the
+  watchers' home partitions (CQL ``COUNT``), and per mode the largest
+  ``home_timeline`` partition (``nodetool tablestats`` after a flush).
+
+Then **home reads** (``read_large``): readers following 0 / 10 / 100 large
+accounts read ``GET /v1/timeline?limit=20`` in alternating blocks at a fixed
+rate. To have 100 large accounts without 100 * 10,000 edges, the worker runs
+with ``FANLINE_LARGE_ACCOUNT_FOLLOWERS=Plan.read_large_threshold`` for that
+sub-phase (each large account gets that many bulk-loaded followers); the
+merge cost per followed large account does not depend on the threshold.
+
+Finally the **crossover**: the follower count at which pushing a tweet to
+every follower takes as long as the merged path (hybrid on) needs to make it
+readable, from the measured hybrid-off delivery times (linear in followers)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import subprocess
+import time
+import uuid
+from typing import Any
+
+from fanline_shared import cassandra as cql
+
+from .. import seed, stats
+from ..common import BenchError, say
+from ..harness import Bench
+
+DEFAULT_THRESHOLD = 10_000  # fanline_fanout.config.DEFAULT_LARGE_ACCOUNT_FOLLOWERS
+WATCH_LIMIT = 50
+
+
+def pool_name(tag: str, index: int) -> str:
+    """Celebrity follower ``index`` (seven digits: name order = index order up to 10M)."""
+    return f"c{tag}_{index:07d}"
+
+
+async def run(bench: Bench) -> None:
+    p = bench.plan
+    assert bench.system is not None
+    tag = bench.tag
+    counts = sorted(p.celebrity_counts)
+    celebs = {n: f"a{tag}c{n}" for n in counts}
+    ordinary = [f"a{tag}o{j}" for j in range(p.ordinary_authors)]
+    rng = random.Random(13)
+    watchers: dict[int, list[str]] = {}
+    for n in counts:
+        picks = {0, n - 1, *rng.sample(range(1, n - 1), 3)}
+        watchers[n] = [pool_name(tag, i) for i in sorted(picks)]
+    accounts = sorted({w for ws in watchers.values() for w in ws})
+    say(f"celebrity: signing up {len(celebs)} celebrities and {len(ordinary)} ordinary authors")
+    await bench.gather_limited([bench.sign_up(a) for a in [*celebs.values(), *ordinary]], 4)
+    edges = [(pool_name(tag, i), celebs[n]) for n in counts for i in range(n)]
+    edges += [(pool_name(tag, j * p.ordinary_followers + i), a) for j, a in enumerate(ordinary)
+              for i in range(p.ordinary_followers)]
+    started = time.monotonic()
+    rows, statements = await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges,
+                                               accounts, say)
+    seeding_s = time.monotonic() - started
+    say(f"  {rows:,} rows in {statements:,} statements, {seeding_s:.1f}s")
+    for n, name in celebs.items():
+        r = await bench.http.get(f"{bench.api}/v1/users/{name}")
+        if r.status_code != 200 or r.json().get("followers_count") != n:
+            raise BenchError(f"social-graph reports {r.text[:100]} for the {n:,}-follower celebrity")
+    await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in accounts], 4)
+    experiment = dict(item.split("=", 1) for item in bench.args.env)
+    threshold = int(experiment.get("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_THRESHOLD))
+    followers_of_ordinary = {a: [pool_name(tag, j * p.ordinary_followers + i) for i in range(p.ordinary_followers)]
+                             for j, a in enumerate(ordinary)}
+    runs: dict[str, dict[str, Any]] = {}
+    partitions: dict[str, Any] = {}
+    try:
+        for mode in ("off", "on"):
+            await _restart_worker(bench, {"FANLINE_HYBRID_FANOUT": "true" if mode == "on" else "false"})
+            runs[mode] = {}
+            for n in counts:
+                runs[mode][str(n)] = await _celebrity_run(bench, mode, n, celebs[n], watchers[n],
+                                                          followers_of_ordinary)
+            partitions[mode] = await asyncio.to_thread(_largest_partition, bench)
+        reads = await _read_large(bench)
+    finally:
+        await _restart_worker(bench, {})
+    crossover = compute_crossover(runs, threshold)
+    say(f"celebrity: crossover {crossover.get('followers') or 0:,.0f} followers (threshold {threshold:,}): "
+        f"{crossover.get('text')}")
+    bench.doc["celebrity"] = summarize(runs, partitions, reads, crossover, threshold)
+    bench.details["celebrity"] = {
+        "runs": runs, "largest_partition": partitions, "read_large": reads,
+        "seeding": (f"{len(edges):,} follow edges and {len(accounts)} full accounts bulk-loaded in "
+                    f"{seeding_s:.1f} s ({rows:,} rows, {statements:,} statements)"),
+        "method": __doc__.split("\n\n", 1)[1].replace("\n", " ") if __doc__ else "",
+    }
+
+
+async def _restart_worker(bench: Bench, env: dict[str, str]) -> None:
+    assert bench.system is not None
+    await asyncio.to_thread(bench.system.stop_workers)
+    await asyncio.to_thread(bench.system.start_workers, 1, 120, (lambda _i: env) if env else None)
+
+
+# --- one follower count in one mode --------------------------------------------------------
+
+
+async def _celebrity_run(bench: Bench, mode: str, n: int, celeb: str, watchers: list[str],
+                         followers_of: dict[str, list[str]]) -> dict[str, Any]:
+    p = bench.plan
+    say(f"celebrity: {n:,} followers, hybrid {mode}: {p.celebrity_posts} posts, ordinary authors at "
+        f"{p.ordinary_rate:g}/s")
+    rows_before = await asyncio.to_thread(bench.rows_written) or 0.0
+    done = asyncio.Event()
+    lag_task = asyncio.create_task(_ordinary_stream(bench, followers_of, done))
+    await asyncio.sleep(2.0)  # the ordinary authors' lag before the celebrity posts, too
+    posts: list[tuple[str, float, float]] = []  # (id, post ms, answered wall time)
+    t0 = time.monotonic()
+    for k in range(p.celebrity_posts):
+        await asyncio.sleep(max(0.0, t0 + k * p.celebrity_gap_s - time.monotonic()))
+        ms, tid, when = await bench.post_ours(celeb, f"celebrity {n} hybrid {mode} tweet {k}")
+        posts.append((tid, ms, when))
+    try:
+        seen = await _watch(bench, watchers, [t for t, _, _ in posts], p.drain_timeout_s)
+    finally:
+        await asyncio.sleep(max(0.0, p.ordinary_min_s - (time.monotonic() - t0)))
+        done.set()
+        lags, ordinary = await lag_task
+    readable = [max(seen[tid].values()) - when for tid, _, when in posts if len(seen.get(tid, {})) == len(watchers)]
+    rows_after = await asyncio.to_thread(bench.rows_written) or 0.0
+    stored = await _stored_rows(bench, watchers)
+    out: dict[str, Any] = {
+        "followers": n, "posts": len(posts), "post_ms": stats.summary([ms for _, ms, _ in posts], 1),
+        "readable_by_last_follower_s": stats.summary(readable, 3),
+        "readable_by_last_follower_max_s": round(max(readable), 3) if len(readable) == len(posts) else None,
+        "watchers": len(watchers),
+        "ordinary_lag_ms": stats.summary(lags, 1), "ordinary": ordinary,
+        "rows_written": int(rows_after - rows_before), "stored_rows_of_watchers": stored,
+    }
+    say(f"  post p99 {(out['post_ms'] or {}).get('p99')} ms, last follower readable max "
+        f"{out['readable_by_last_follower_max_s']} s, ordinary lag p99 {(out['ordinary_lag_ms'] or {}).get('p99')} ms, "
+        f"{out['rows_written']:,} rows written")
+    return out
+
+
+async def _watch(bench: Bench, watchers: list[str], tweet_ids: list[str],
+                 timeout_s: float) -> dict[str, dict[str, float]]:
+    """tweet id -> watcher -> wall time it was first on the watcher's page.
+    Polls every 0.1 s for 5 s, then every 0.5 s (long push fan-outs)."""
+    seen: dict[str, dict[str, float]] = {t: {} for t in tweet_ids}
+    started = time.monotonic()
+
+    async def one(w: str) -> None:
+        headers = {"authorization": f"Bearer {bench.tokens[w]}"}
+        while any(w not in s for s in seen.values()):
+            elapsed = time.monotonic() - started
+            if elapsed > timeout_s:
+                return
+            r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": WATCH_LIMIT}, headers=headers)
+            now = time.time()
+            if r.status_code == 200:  # 206 (regenerating) counts as not yet
+                ids = {str(i["id"]) for i in r.json()["items"]}
+                for t in tweet_ids:
+                    if t in ids and w not in seen[t]:
+                        seen[t][w] = now
+            await asyncio.sleep(0.1 if elapsed < 5 else 0.5)
+
+    await asyncio.gather(*(one(w) for w in watchers))
+    missing = sum(len(watchers) - len(s) for s in seen.values())
+    if missing:
+        bench.notes.append(f"celebrity: {missing} (watcher, tweet) pairs never readable within {timeout_s:.0f} s")
+    return seen
+
+
+async def _ordinary_stream(bench: Bench, followers_of: dict[str, list[str]],
+                           done: asyncio.Event) -> tuple[list[float], dict[str, Any]]:
+    """Ordinary authors post in turn at ``ordinary_rate``/s until ``done``;
+    then each tweet's lag (ms, last home row's WRITETIME - its 201)."""
+    p = bench.plan
+    authors = list(followers_of)
+    posted: list[tuple[str, str, float]] = []
+    start = time.monotonic()
+    i = 0
+    while not done.is_set():
+        await asyncio.sleep(max(0.0, start + i / p.ordinary_rate - time.monotonic()))
+        author = authors[i % len(authors)]
+        _, tid, when = await bench.post_ours(author, f"ordinary tweet {i}")
+        posted.append((author, tid, when))
+        i += 1
+    lags: list[float] = []
+    incomplete = 0
+    deadline = time.monotonic() + p.drain_timeout_s
+    for author, tid, when in posted:
+        owners = [author.lower(), *followers_of[author]]
+        while True:
+            rows = await bench.home_rows(uuid.UUID(tid), owners)
+            if len(rows) == len(owners) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        if len(rows) < len(owners):
+            incomplete += 1
+            continue
+        lags.append((max(rows.values()) / 1e6 - when) * 1000)
+    if incomplete:
+        bench.notes.append(f"celebrity: {incomplete} ordinary tweets never reached every follower")
+    return lags, {"tweets": len(posted), "complete": len(lags), "authors": len(authors),
+                  "followers_each": p.ordinary_followers, "rate_per_s": p.ordinary_rate}
+
+
+async def _stored_rows(bench: Bench, owners: list[str]) -> dict[str, int]:
+    stmt = await asyncio.to_thread(cql.prepare, bench.session,
+                                   f"SELECT COUNT(*) AS n FROM {bench.tweet_ks}.home_timeline WHERE owner_lc = ?")
+    out = {}
+    for o in owners:
+        rows = await cql.execute(bench.session, stmt, (o.lower(),), name="bench_count")
+        out[o] = int(rows[0].n)
+    return out
+
+
+def _largest_partition(bench: Bench) -> dict[str, Any]:
+    """``nodetool flush`` + ``tablestats`` of home_timeline: the largest
+    compacted partition (bytes) and the partition count estimate."""
+    table = f"{bench.tweet_ks}.home_timeline"
+    try:
+        subprocess.run(bench.infra.nodetool_command("flush", bench.tweet_ks, "home_timeline"), check=True,
+                       capture_output=True, timeout=120)
+        out = subprocess.run(bench.infra.nodetool_command("tablestats", table), check=True, capture_output=True,
+                             text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError, AttributeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+    def field(label: str) -> int | None:
+        m = re.search(rf"{re.escape(label)}:\s*([0-9]+)", out)
+        return int(m.group(1)) if m else None
+
+    return {"max_partition_bytes": field("Compacted partition maximum bytes"),
+            "mean_partition_bytes": field("Compacted partition mean bytes"),
+            "partitions_estimate": field("Number of partitions (estimate)")}
+
+
+# --- home reads with 0 / 10 / 100 followed large accounts ------------------------------------
+
+
+async def _read_large(bench: Bench) -> dict[str, Any]:
+    p = bench.plan
+    tag = bench.tag
+    most = max(p.read_large_counts)
+    large = [f"a{tag}L{k:03d}" for k in range(most)]
+    fillers = [f"a{tag}r{j}" for j in range(5)]
+    readers = {g: [f"r{tag}_{g:03d}_{i:02d}" for i in range(p.read_large_readers)] for g in p.read_large_counts}
+    say(f"home reads: {most} large accounts (threshold {p.read_large_threshold} for this sub-phase), "
+        f"{sum(len(r) for r in readers.values())} readers")
+    await bench.gather_limited([bench.sign_up(a) for a in [*large, *fillers]], 4)
+    all_readers = [r for rs in readers.values() for r in rs]
+    edges = [(r, f) for r in all_readers for f in fillers]
+    edges += [(r, large[k]) for g, rs in readers.items() for r in rs for k in range(g)]
+    edges += [(pool_name(tag, i), a) for a in large for i in range(p.read_large_threshold)]
+    await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges, all_readers, None)
+    await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in all_readers], 4)
+    await _restart_worker(bench, {"FANLINE_HYBRID_FANOUT": "true",
+                                  "FANLINE_LARGE_ACCOUNT_FOLLOWERS": str(p.read_large_threshold)})
+    base = await asyncio.to_thread(bench.rows_written) or 0.0
+    # Fillers first (stored rows for every reader), then the large accounts
+    # (merged at read time): the newest page of a reader with large accounts
+    # is mostly theirs.
+    filler_posts = [(f, k) for k in range(6) for f in fillers]
+    await bench.gather_limited([bench.post_ours(f, f"filler {k}") for f, k in filler_posts], 8)
+    await bench.gather_limited([bench.post_ours(a, f"large {k}") for a in large for k in range(2)], 8)
+    expected = len(filler_posts) * (len(all_readers) + 1) + 2 * len(large)
+    await bench.wait_rows(base + expected, p.drain_timeout_s, "read-phase tweets")
+    await asyncio.sleep(1.5)  # tweet-store's registry cache (0.5 s) has seen every registration
+    lat: dict[int, list[float]] = {g: [] for g in readers}
+    merged_pages: dict[int, int] = {g: 0 for g in readers}
+    short = 0
+    large_lc = {a.lower() for a in large}
+
+    async def one(g: int, reader: str) -> None:
+        nonlocal short
+        t = time.perf_counter()
+        r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
+                                 headers={"authorization": f"Bearer {bench.tokens[reader]}"})
+        lat[g].append((time.perf_counter() - t) * 1000)
+        items = r.json().get("items", []) if r.status_code in (200, 206) else []
+        if len(items) < 20:
+            short += 1
+        if any(str(i.get("author", i.get("username", ""))).lower() in large_lc for i in items):
+            merged_pages[g] += 1
+
+    for reader in all_readers:  # warm-up
+        await one(0, reader)
+    lat[0].clear()
+    merged_pages[0] = short = 0
+    n = int(p.read_rate * p.read_block_s)
+    for _ in range(p.read_blocks):
+        for g, rs in readers.items():
+            start = time.monotonic() + 0.2
+
+            async def at(i: int, g: int = g, rs: list[str] = rs, start: float = start) -> None:
+                await asyncio.sleep(max(0.0, start + i / p.read_rate - time.monotonic()))
+                await one(g, rs[i % len(rs)])
+
+            await asyncio.gather(*(at(i) for i in range(n)))
+    out = {str(g): {**(stats.summary(v, 3) or {}), "pages_with_merged_tweets": merged_pages[g]}
+           for g, v in lat.items()}
+    for g in readers:
+        if g and not merged_pages[g]:
+            bench.notes.append(f"home reads: no page of a reader following {g} large accounts held their tweets")
+    say("  home read p50/p99 by followed large accounts: " + ", ".join(
+        f"{g}: {out[str(g)].get('p50')}/{out[str(g)].get('p99')} ms" for g in readers))
+    return {"by_large_accounts": out, "threshold": p.read_large_threshold, "readers_per_group": p.read_large_readers,
+            "rate_per_s": p.read_rate, "short_pages": short,
+            "method": (f"{most} large accounts (each with {p.read_large_threshold} bulk-loaded followers; the worker "
+                       f"ran with FANLINE_LARGE_ACCOUNT_FOLLOWERS={p.read_large_threshold} for this sub-phase) post "
+                       "2 tweets each after 5 ordinary authors posted 6 each; readers following 0, 10 or 100 of "
+                       "the large accounts (and the 5 ordinary ones) read `GET /v1/timeline?limit=20` in "
+                       f"alternating blocks of {p.read_block_s:g} s at {p.read_rate:g} requests/s.")}
+
+
+# --- summary, crossover ------------------------------------------------------------------------
+
+
+def _fit_push(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least-squares ``t = a + b * followers`` through (followers, seconds)."""
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - b * mx, b
+
+
+def compute_crossover(runs: dict[str, dict[str, Any]], threshold: int) -> dict[str, Any]:
+    """Where pushing stops paying: the follower count at which the push path's
+    time to the last follower (hybrid off, fitted linear in followers) equals
+    the merged path's (hybrid on, median over the counts at or above the
+    threshold, where it merges). Also the push cost per 1,000 followers."""
+    push = [(float(r["followers"]), float(r["readable_by_last_follower_s"]["p50"]))
+            for r in (runs.get("off") or {}).values() if r.get("readable_by_last_follower_s")]
+    merged = [float(r["readable_by_last_follower_s"]["p50"]) for r in (runs.get("on") or {}).values()
+              if r.get("readable_by_last_follower_s") and r["followers"] >= threshold]
+    fit = _fit_push(push)
+    out: dict[str, Any] = {"push_points": push, "merged_readable_s": None, "followers": None}
+    if fit is None or not merged:
+        out["text"] = "not measured (needs two hybrid-off counts and one merged count)"
+        return out
+    a, b = fit
+    m = stats.percentile(merged, 50)
+    out.update(merged_readable_s=round(m, 3), push_intercept_s=round(a, 3),
+               push_s_per_1k_followers=round(b * 1000, 4))
+    if b <= 0:
+        out["text"] = "push time did not grow with followers: no crossover in the measured range"
+        return out
+    cross = max(0.0, (m - a) / b)
+    out["followers"] = round(cross)
+    out["threshold_over_crossover"] = round(threshold / cross, 3) if cross else None
+    out["text"] = (f"push to the last follower takes {a:.2f} s + {b * 1000:.3f} s per 1,000 followers; "
+                   f"the merged path makes a tweet readable in {m:.2f} s; they cross at {cross:,.0f} followers")
+    return out
+
+
+def summarize(runs: dict[str, dict[str, Any]], partitions: dict[str, Any], reads: dict[str, Any],
+              crossover: dict[str, Any], threshold: int) -> dict[str, Any]:
+    """The ``celebrity`` section of the results document."""
+    by_mode: dict[str, Any] = {}
+    for mode, per in runs.items():
+        by_mode[mode] = {n: {
+            "post_p99_ms": (r.get("post_ms") or {}).get("p99"),
+            "readable_last_follower_s": r.get("readable_by_last_follower_max_s"),
+            "ordinary_lag_p99_ms": (r.get("ordinary_lag_ms") or {}).get("p99"),
+            "rows_written": r.get("rows_written"),
+            "stored_rows_max_of_sampled": max((r.get("stored_rows_of_watchers") or {}).values(), default=None),
+        } for n, r in per.items()}
+        by_mode[mode]["largest_partition_bytes"] = (partitions.get(mode) or {}).get("max_partition_bytes")
+    groups = reads.get("by_large_accounts") or {}
+    return {
+        "threshold": threshold,
+        "hybrid_on": by_mode.get("on", {}),
+        "hybrid_off": by_mode.get("off", {}),
+        "home_read_ms": {g: {"p50": v.get("p50"), "p99": v.get("p99")} for g, v in groups.items()},
+        "home_read_threshold": reads.get("threshold"),
+        "crossover_followers": crossover.get("followers"),
+        "crossover": crossover,
+    }
