@@ -183,7 +183,7 @@ def celebrity_targets(doc: Mapping[str, Any]) -> list[Target]:
         Target("home_read_large", "home-read p99 following 10 large accounts ≤ 2 × following none",
                read10, _mul(read0, 2.0), "<=", "p99 with 10 large accounts (ms)", "2 × p99 with none (ms)"),
         Target("threshold_crossover", "the default large-account threshold within 3× of the measured crossover",
-               _log_distance(threshold, cross), math.log10(3), "<=", "|log10(threshold ÷ crossover)|", "log10(3)"),
+               _log_distance(threshold, cross), math.log10(3), "<=", "abs(log10(threshold ÷ crossover))", "log10(3)"),
         Target("latency_scaling_2", "latency-bound fan-out: 2 workers + 2 replicas ≥ 1.8 × the rows/s of one",
                _div(_num(doc, "latency_scaling.rows_per_s.2"), one), 1.8, ">=", "rows/s of 2 ÷ rows/s of 1", "1.8"),
         Target("latency_scaling_4", "latency-bound fan-out: 4 workers + 4 replicas ≥ 3.2 × the rows/s of one",
