@@ -42,6 +42,12 @@ def pool_name(tag: str, index: int) -> str:
     return f"f{tag}_{index:05d}"
 
 
+def celebrity_follower(tag: str, index: int) -> str:
+    """Follower ``index`` of the celebrity phase's pool (seven digits: name
+    order = index order up to 10,000,000)."""
+    return f"c{tag}_{index:07d}"
+
+
 @dataclass
 class Graph:
     """Who follows whom in this run: author -> number of pool followers

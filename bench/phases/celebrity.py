@@ -21,7 +21,7 @@ account stays merged at read time):
   watchers' home partitions (CQL ``COUNT``), and per mode the largest
   ``home_timeline`` partition (``nodetool tablestats`` after a flush).
 
-Then **home reads** (``read_large``): readers following 0 / 10 / 100 large
+Then **home reads** (``celebrity_reads.py``): readers following 0 / 10 / 100 large
 accounts read ``GET /v1/timeline?limit=20`` in alternating blocks at a fixed
 rate. To have 100 large accounts without 100 * 10,000 edges, the worker runs
 with ``FANLINE_LARGE_ACCOUNT_FOLLOWERS=Plan.read_large_threshold`` for that
@@ -47,14 +47,10 @@ from fanline_shared import cassandra as cql
 from .. import seed, stats
 from ..common import BenchError, say
 from ..harness import Bench
+from .celebrity_reads import read_large
 
 DEFAULT_THRESHOLD = 10_000  # fanline_fanout.config.DEFAULT_LARGE_ACCOUNT_FOLLOWERS
 WATCH_LIMIT = 50
-
-
-def pool_name(tag: str, index: int) -> str:
-    """Celebrity follower ``index`` (seven digits: name order = index order up to 10M)."""
-    return f"c{tag}_{index:07d}"
 
 
 async def run(bench: Bench) -> None:
@@ -68,12 +64,12 @@ async def run(bench: Bench) -> None:
     watchers: dict[int, list[str]] = {}
     for n in counts:
         picks = {0, n - 1, *rng.sample(range(1, n - 1), 3)}
-        watchers[n] = [pool_name(tag, i) for i in sorted(picks)]
+        watchers[n] = [seed.celebrity_follower(tag, i) for i in sorted(picks)]
     accounts = sorted({w for ws in watchers.values() for w in ws})
     say(f"celebrity: signing up {len(celebs)} celebrities and {len(ordinary)} ordinary authors")
     await bench.gather_limited([bench.sign_up(a) for a in [*celebs.values(), *ordinary]], 4)
-    edges = [(pool_name(tag, i), celebs[n]) for n in counts for i in range(n)]
-    edges += [(pool_name(tag, j * p.ordinary_followers + i), a) for j, a in enumerate(ordinary)
+    edges = [(seed.celebrity_follower(tag, i), celebs[n]) for n in counts for i in range(n)]
+    edges += [(seed.celebrity_follower(tag, j * p.ordinary_followers + i), a) for j, a in enumerate(ordinary)
               for i in range(p.ordinary_followers)]
     started = time.monotonic()
     rows, statements = await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges,
@@ -87,21 +83,21 @@ async def run(bench: Bench) -> None:
     await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in accounts], 4)
     experiment = dict(item.split("=", 1) for item in bench.args.env)
     threshold = int(experiment.get("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_THRESHOLD))
-    followers_of_ordinary = {a: [pool_name(tag, j * p.ordinary_followers + i) for i in range(p.ordinary_followers)]
+    followers_of_ordinary = {a: [seed.celebrity_follower(tag, j * p.ordinary_followers + i) for i in range(p.ordinary_followers)]
                              for j, a in enumerate(ordinary)}
     runs: dict[str, dict[str, Any]] = {}
     partitions: dict[str, Any] = {}
     try:
         for mode in ("off", "on"):
-            await _restart_worker(bench, {"FANLINE_HYBRID_FANOUT": "true" if mode == "on" else "false"})
+            await bench.restart_workers({"FANLINE_HYBRID_FANOUT": "true" if mode == "on" else "false"})
             runs[mode] = {}
             for n in counts:
                 runs[mode][str(n)] = await _celebrity_run(bench, mode, n, celebs[n], watchers[n],
                                                           followers_of_ordinary)
             partitions[mode] = await asyncio.to_thread(_largest_partition, bench)
-        reads = await _read_large(bench)
+        reads = await read_large(bench)
     finally:
-        await _restart_worker(bench, {})
+        await bench.restart_workers()
     crossover = compute_crossover(runs, threshold)
     say(f"celebrity: crossover {crossover.get('followers') or 0:,.0f} followers (threshold {threshold:,}): "
         f"{crossover.get('text')}")
@@ -112,12 +108,6 @@ async def run(bench: Bench) -> None:
                     f"{seeding_s:.1f} s ({rows:,} rows, {statements:,} statements)"),
         "method": __doc__.split("\n\n", 1)[1].replace("\n", " ") if __doc__ else "",
     }
-
-
-async def _restart_worker(bench: Bench, env: dict[str, str]) -> None:
-    assert bench.system is not None
-    await asyncio.to_thread(bench.system.stop_workers)
-    await asyncio.to_thread(bench.system.start_workers, 1, 120, (lambda _i: env) if env else None)
 
 
 # --- one follower count in one mode --------------------------------------------------------
@@ -254,84 +244,6 @@ def _largest_partition(bench: Bench) -> dict[str, Any]:
     return {"max_partition_bytes": field("Compacted partition maximum bytes"),
             "mean_partition_bytes": field("Compacted partition mean bytes"),
             "partitions_estimate": field("Number of partitions (estimate)")}
-
-
-# --- home reads with 0 / 10 / 100 followed large accounts ------------------------------------
-
-
-async def _read_large(bench: Bench) -> dict[str, Any]:
-    p = bench.plan
-    tag = bench.tag
-    most = max(p.read_large_counts)
-    large = [f"a{tag}L{k:03d}" for k in range(most)]
-    fillers = [f"a{tag}r{j}" for j in range(5)]
-    readers = {g: [f"r{tag}_{g:03d}_{i:02d}" for i in range(p.read_large_readers)] for g in p.read_large_counts}
-    say(f"home reads: {most} large accounts (threshold {p.read_large_threshold} for this sub-phase), "
-        f"{sum(len(r) for r in readers.values())} readers")
-    await bench.gather_limited([bench.sign_up(a) for a in [*large, *fillers]], 4)
-    all_readers = [r for rs in readers.values() for r in rs]
-    edges = [(r, f) for r in all_readers for f in fillers]
-    edges += [(r, large[k]) for g, rs in readers.items() for r in rs for k in range(g)]
-    edges += [(pool_name(tag, i), a) for a in large for i in range(p.read_large_threshold)]
-    await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges, all_readers, None)
-    await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in all_readers], 4)
-    await _restart_worker(bench, {"FANLINE_HYBRID_FANOUT": "true",
-                                  "FANLINE_LARGE_ACCOUNT_FOLLOWERS": str(p.read_large_threshold)})
-    base = await asyncio.to_thread(bench.rows_written) or 0.0
-    # Fillers first (stored rows for every reader), then the large accounts
-    # (merged at read time): the newest page of a reader with large accounts
-    # is mostly theirs.
-    filler_posts = [(f, k) for k in range(6) for f in fillers]
-    await bench.gather_limited([bench.post_ours(f, f"filler {k}") for f, k in filler_posts], 8)
-    await bench.gather_limited([bench.post_ours(a, f"large {k}") for a in large for k in range(2)], 8)
-    expected = len(filler_posts) * (len(all_readers) + 1) + 2 * len(large)
-    await bench.wait_rows(base + expected, p.drain_timeout_s, "read-phase tweets")
-    await asyncio.sleep(1.5)  # tweet-store's registry cache (0.5 s) has seen every registration
-    lat: dict[int, list[float]] = {g: [] for g in readers}
-    merged_pages: dict[int, int] = {g: 0 for g in readers}
-    short = 0
-    large_lc = {a.lower() for a in large}
-
-    async def one(g: int, reader: str) -> None:
-        nonlocal short
-        t = time.perf_counter()
-        r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
-                                 headers={"authorization": f"Bearer {bench.tokens[reader]}"})
-        lat[g].append((time.perf_counter() - t) * 1000)
-        items = r.json().get("items", []) if r.status_code in (200, 206) else []
-        if len(items) < 20:
-            short += 1
-        if any(str(i.get("author", i.get("username", ""))).lower() in large_lc for i in items):
-            merged_pages[g] += 1
-
-    for reader in all_readers:  # warm-up
-        await one(0, reader)
-    lat[0].clear()
-    merged_pages[0] = short = 0
-    n = int(p.read_rate * p.read_block_s)
-    for _ in range(p.read_blocks):
-        for g, rs in readers.items():
-            start = time.monotonic() + 0.2
-
-            async def at(i: int, g: int = g, rs: list[str] = rs, start: float = start) -> None:
-                await asyncio.sleep(max(0.0, start + i / p.read_rate - time.monotonic()))
-                await one(g, rs[i % len(rs)])
-
-            await asyncio.gather(*(at(i) for i in range(n)))
-    out = {str(g): {**(stats.summary(v, 3) or {}), "pages_with_merged_tweets": merged_pages[g]}
-           for g, v in lat.items()}
-    for g in readers:
-        if g and not merged_pages[g]:
-            bench.notes.append(f"home reads: no page of a reader following {g} large accounts held their tweets")
-    say("  home read p50/p99 by followed large accounts: " + ", ".join(
-        f"{g}: {out[str(g)].get('p50')}/{out[str(g)].get('p99')} ms" for g in readers))
-    return {"by_large_accounts": out, "threshold": p.read_large_threshold, "readers_per_group": p.read_large_readers,
-            "rate_per_s": p.read_rate, "short_pages": short,
-            "method": (f"{most} large accounts (each with {p.read_large_threshold} bulk-loaded followers; the worker "
-                       f"ran with FANLINE_LARGE_ACCOUNT_FOLLOWERS={p.read_large_threshold} for this sub-phase) post "
-                       "2 tweets each after 5 ordinary authors posted 6 each; readers following 0, 10 or 100 of "
-                       "the large accounts (and the 5 ordinary ones) read `GET /v1/timeline?limit=20` in "
-                       f"alternating blocks of {p.read_block_s:g} s at {p.read_rate:g} requests/s.")}
 
 
 # --- summary, crossover ------------------------------------------------------------------------
