@@ -123,14 +123,23 @@ async def _celebrity_run(bench: Bench, mode: str, n: int, celeb: str, watchers: 
     lag_task = asyncio.create_task(_ordinary_stream(bench, followers_of, done))
     await asyncio.sleep(2.0)  # the ordinary authors' lag before the celebrity posts, too
     posts: list[tuple[str, float, float]] = []  # (id, post ms, answered wall time)
+    # The watchers poll from the first post on: each tweet is timed from its
+    # own 201, not from the last post's.
+    seen: dict[str, dict[str, float]] = {}
+    posted_all = asyncio.Event()
+    watch = asyncio.create_task(_watch(bench, watchers, seen, posted_all, p.drain_timeout_s))
     t0 = time.monotonic()
-    for k in range(p.celebrity_posts):
-        await asyncio.sleep(max(0.0, t0 + k * p.celebrity_gap_s - time.monotonic()))
-        ms, tid, when = await bench.post_ours(celeb, f"celebrity {n} hybrid {mode} tweet {k}")
-        posts.append((tid, ms, when))
     try:
-        seen = await _watch(bench, watchers, [t for t, _, _ in posts], p.drain_timeout_s)
+        for k in range(p.celebrity_posts):
+            await asyncio.sleep(max(0.0, t0 + k * p.celebrity_gap_s - time.monotonic()))
+            ms, tid, when = await bench.post_ours(celeb, f"celebrity {n} hybrid {mode} tweet {k}")
+            seen.setdefault(tid, {})
+            posts.append((tid, ms, when))
+        posted_all.set()
+        await watch
     finally:
+        posted_all.set()
+        await asyncio.gather(watch, return_exceptions=True)
         await asyncio.sleep(max(0.0, p.ordinary_min_s - (time.monotonic() - t0)))
         done.set()
         lags, ordinary = await lag_task
@@ -151,33 +160,40 @@ async def _celebrity_run(bench: Bench, mode: str, n: int, celeb: str, watchers: 
     return out
 
 
-async def _watch(bench: Bench, watchers: list[str], tweet_ids: list[str],
-                 timeout_s: float) -> dict[str, dict[str, float]]:
-    """tweet id -> watcher -> wall time it was first on the watcher's page.
-    Polls every 0.1 s for 5 s, then every 0.5 s (long push fan-outs)."""
-    seen: dict[str, dict[str, float]] = {t: {} for t in tweet_ids}
+async def _watch(bench: Bench, watchers: list[str], seen: dict[str, dict[str, float]], posted_all: asyncio.Event,
+                 timeout_s: float) -> None:
+    """Fill ``seen`` (tweet id -> watcher -> wall time the tweet was first on
+    the watcher's page) for the tweet ids the poster adds to it, until
+    ``posted_all`` is set and every watcher has every tweet. Each watcher
+    polls every 0.1 s while the newest tweet is under 5 s old, then every
+    0.5 s (long push fan-outs)."""
     started = time.monotonic()
 
     async def one(w: str) -> None:
         headers = {"authorization": f"Bearer {bench.tokens[w]}"}
-        while any(w not in s for s in seen.values()):
-            elapsed = time.monotonic() - started
-            if elapsed > timeout_s:
+        newest: tuple[str | None, float] = (None, time.monotonic())  # (newest tweet id, when it became known)
+        while not posted_all.is_set() or any(w not in s for s in seen.values()):
+            if time.monotonic() - started > timeout_s:
                 return
+            pending = [t for t, s in seen.items() if w not in s]
+            if not pending:
+                await asyncio.sleep(0.02)
+                continue
+            if pending[-1] != newest[0]:
+                newest = (pending[-1], time.monotonic())
             r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": WATCH_LIMIT}, headers=headers)
             now = time.time()
             if r.status_code == 200:  # 206 (regenerating) counts as not yet
                 ids = {str(i["id"]) for i in r.json()["items"]}
-                for t in tweet_ids:
-                    if t in ids and w not in seen[t]:
+                for t in pending:
+                    if t in ids:
                         seen[t][w] = now
-            await asyncio.sleep(0.1 if elapsed < 5 else 0.5)
+            await asyncio.sleep(0.1 if time.monotonic() - newest[1] < 5 else 0.5)
 
     await asyncio.gather(*(one(w) for w in watchers))
     missing = sum(len(watchers) - len(s) for s in seen.values())
     if missing:
         bench.notes.append(f"celebrity: {missing} (watcher, tweet) pairs never readable within {timeout_s:.0f} s")
-    return seen
 
 
 async def _ordinary_stream(bench: Bench, followers_of: dict[str, list[str]],

@@ -72,8 +72,10 @@ async def read_large(bench: Bench) -> dict[str, Any]:
     lat[0].clear()
     merged_pages[0] = short = 0
     n = int(p.read_rate * p.read_block_s)
-    for _ in range(p.read_blocks):
-        for g, rs in readers.items():
+    order = list(readers.items())
+    for b in range(p.read_blocks):
+        # Each block starts with another group, so drifting load hits all alike.
+        for g, rs in order[b % len(order):] + order[:b % len(order)]:
             start = time.monotonic() + 0.2
 
             async def at(i: int, g: int = g, rs: list[str] = rs, start: float = start) -> None:
