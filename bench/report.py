@@ -341,7 +341,8 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     add("## Reproduce")
     add("")
     add("```sh\nmake bench         # the full run (tens of minutes); rewrites this page and bench/results/\n"
-        "make bench-quick   # a short smoke run; writes bench/results/quick/ only\n```")
+        "make bench-quick   # a short smoke run; writes bench/results/quick/ only\n"
+        "python -m bench.run --phases celebrity,latency_scaling --out /tmp/b   # only some phases, elsewhere\n```")
     add("")
     add("Both start (or reuse) the real engines with `deploy/local/infra` and start their own isolated "
         "system (own keyspaces, topics and consumer group, ports from 30000), then drop their keyspaces.")

@@ -80,18 +80,20 @@ def latency_scaling_section(doc: Mapping[str, Any], plots: Mapping[str, str]) ->
         return [*out, "Not measured in this run.", ""]
     runs = ld.get("runs") or {}
     rows = []
-    for n in WORKER_COUNTS:
-        r = runs.get(n) or {}
+    for label in runs or {n: {} for n in WORKER_COUNTS}:
+        r = runs.get(label) or {}
+        n = label.split()[0]
+        rate = r.get("rows_per_s", rates.get(label))
         util = r.get("machine_cpu_utilisation")
-        rows.append([f"{n} + {n}", fmt(rates.get(n), 0), _ratio(rates.get(n), rates.get("1")),
+        rows.append([f"{n} + {n}{label[len(n):]}", fmt(rate, 0), _ratio(rate, rates.get("1")),
                      fmt(r.get("drain_s"), 1), "—" if util is None else f"{100 * util:.0f} %",
                      {True: "**CPU-bound**", False: "no", None: "—"}[r.get("cpu_bound")]])
     out += [f"With {fmt(ls.get('delay_ms_each_way'), 1)} ms added each way between the services and Cassandra "
             f"(CQL round trip {fmt(get(ls, 'rtt_ms.direct'), 2)} ms direct, {fmt(get(ls, 'rtt_ms.proxied'), 2)} ms "
             "through the proxy):", "",
-            _table(["workers + tweet-store replicas", "rows/s (10–90 %)", "vs 1", "drain (s)",
+            _table(["workers + tweet-store replicas (run order)", "rows/s (10–90 %)", "vs 1 (best run)", "drain (s)",
                     "machine CPU during the drain", "CPU-bound on this machine?"], rows), ""]
-    bound = [n for n in WORKER_COUNTS if (runs.get(n) or {}).get("cpu_bound")]
+    bound = [label for label, r in runs.items() if r.get("cpu_bound")]
     if bound:
         out += [f"The run(s) with {', '.join(bound)} worker(s) kept the machine's {fmt(ls.get('cores'))} cores "
                 "busy: their figures are CPU-bound here and say what this machine can do, not what the design "

@@ -106,8 +106,14 @@ async def run(bench: Bench) -> None:
         "runs": runs, "largest_partition": partitions, "read_large": reads,
         "seeding": (f"{len(edges):,} follow edges and {len(accounts)} full accounts bulk-loaded in "
                     f"{seeding_s:.1f} s ({rows:,} rows, {statements:,} statements)"),
-        "method": __doc__.split("\n\n", 1)[1].replace("\n", " ") if __doc__ else "",
+        "method": _method_text(),
     }
+
+
+def _method_text() -> str:
+    """The module docstring's method, as one markdown paragraph."""
+    text = " ".join((__doc__ or "").split("\n\n", 1)[-1].split()).replace("``", "`")
+    return text.replace(" * ", "; ").replace(":; ", ": ").replace(";; ", "; ")
 
 
 # --- one follower count in one mode --------------------------------------------------------

@@ -145,7 +145,8 @@ async def run(bench: Bench) -> None:
         say("  restarting social-graph behind the proxy")
         await asyncio.to_thread(system.restart_service, "social-graph", proxied_env)
         for count in p.scale_counts:
-            runs[str(count)] = await _one_run(bench, count, proxied_env, proxy.pid)
+            label = str(count) if str(count) not in runs else f"{count} again"
+            runs[label] = await _one_run(bench, count, proxied_env, proxy.pid)
     finally:
         await asyncio.to_thread(system.stop_workers)
         await asyncio.to_thread(system.stop_replicas)
@@ -153,7 +154,13 @@ async def run(bench: Bench) -> None:
         await asyncio.to_thread(system.restart_service, "social-graph", {})
         procs.stop_process(proxy)
         await asyncio.to_thread(system.start_workers, 1)
-    rates = {n: r.get("rows_per_s") for n, r in runs.items()}
+    # One pair runs first and again last (as in the CPU-bound scaling phase):
+    # its figure is the better of the two, the harder bar for the ratios.
+    rates: dict[str, float | None] = {}
+    for label, r in runs.items():
+        n = label.split()[0]
+        rate = r.get("rows_per_s")
+        rates[n] = max(rate, rates.get(n) or 0.0) if rate is not None else rates.get(n)
     one = rates.get("1")
     ratios = {n: (round(v / one, 3) if v and one else None) for n, v in rates.items() if n != "1"}
     first = runs.get("1") or {}
@@ -163,6 +170,7 @@ async def run(bench: Bench) -> None:
         "rows_per_s": rates,
         "ratio_vs_1": ratios,
         "cpu_bound": {n: r.get("cpu_bound") for n, r in runs.items()},
+        "run_order": list(runs),
         "cpu_s_per_1k_rows": first.get("cpu_s_per_1k_rows"),
         "cores": os.cpu_count(),
     }
@@ -177,7 +185,8 @@ async def run(bench: Bench) -> None:
             f"worker has joined the group, {p.scale_tweets} tweets by {p.backlog_authors} authors with "
             f"{p.backlog_followers:,} followers each (spread evenly over the events topic's partitions) are "
             "posted through the gateway and drained: rows/s between 10 % and 90 % of the rows, from the "
-            "workers' `fanline_timeline_rows_written_total`. CPU-seconds per 1,000 rows: user + system CPU time "
+            "workers' `fanline_timeline_rows_written_total`. One pair runs first and again last; its figure, the "
+            "base of the ratios, is the better of the two. CPU-seconds per 1,000 rows: user + system CPU time "
             "of each component's processes (psutil) from just before the posts until the last row, divided by "
             "the rows; the Cassandra and Kafka JVMs are shared with anything else running on this machine, so "
             "their figures are upper bounds. A run whose machine-wide CPU utilisation reached "

@@ -85,7 +85,8 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
         "latency_scaling": {"runs": {"1": {"machine_cpu_utilisation": 0.5, "cpu_bound": False,
                                            "cpu_s_per_1k_rows": {"fanout-worker": 0.1, "tweet-store": 0.2}},
                                      "4": {"machine_cpu_utilisation": 0.95, "cpu_bound": True,
-                                           "cpu_s_per_1k_rows": {"fanout-worker": 0.12, "tweet-store": 0.25}}}},
+                                           "cpu_s_per_1k_rows": {"fanout-worker": 0.12, "tweet-store": 0.25}},
+                                     "1 again": {"rows_per_s": 900.0, "cpu_bound": False}}},
         "mode": "quick", "started_at": "2026-11-22 03:00 UTC", "duration_s": 123.0,
         "delivery_lag": {"samples_ms": [300.0, 400.0, 450.0, 2500.0], "tweets": 4, "summary": {"max": 2500.0}},
         "fanout": {"stress_note": "cassandra-stress was not available.",
@@ -179,6 +180,7 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
     assert "| on | 1,000,000 | 60.0 |" in md and "| off | 1,000,000 |" in md
     assert "they cross at 4,000 followers" in md
     assert "**CPU-bound**" in md and "| 4 + 4 | 3,000 | 3.0× |" in md
+    assert "| 1 + 1 again | 900 | 0.9× |" in md  # the run order, each run's own rate
     assert "![post latency vs followers](benchmarks/post_latency.png)" in md
     assert "**FAIL**" in md and "**pass**" in md
     assert "cassandra-stress was not available." in md
