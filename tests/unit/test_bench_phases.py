@@ -81,30 +81,31 @@ def test_proxy_delays_without_limiting_throughput() -> None:
     asyncio.run(scenario())
 
 
-def _run(mode: str, followers: int, readable_p50: float) -> dict[str, object]:
-    return {"followers": followers, "readable_by_last_follower_s": {"p50": readable_p50}}
+def _run(followers: int, first: float, p50: float | None = None) -> dict[str, object]:
+    return {"followers": followers, "readable_by_last_follower_s": {"min": first, "p50": p50 or first}}
 
 
-def test_crossover_is_where_the_push_line_meets_the_merged_time() -> None:
-    runs = {"off": {"1000": _run("off", 1000, 0.3), "10000": _run("off", 10_000, 1.2),
-                    "100000": _run("off", 100_000, 10.2)},
-            "on": {"1000": _run("on", 1000, 0.3), "10000": _run("on", 10_000, 0.6),
-                   "100000": _run("on", 100_000, 0.6)}}
-    out = compute_crossover(runs, 10_000)
-    # push: 0.2 s + 0.1 s per 1,000 followers; merged 0.6 s -> 4,000 followers
-    assert out["push_s_per_1k_followers"] == pytest.approx(0.1, rel=1e-6)
-    assert out["followers"] == 4000
-    assert out["threshold_over_crossover"] == 2.5
-    assert "4,000 followers" in out["text"]
+def test_crossover_is_where_one_pushed_tweet_takes_the_budget() -> None:
+    runs = {"off": {"1000": _run(1000, 0.2), "10000": _run(10_000, 1.1), "100000": _run(100_000, 10.0)},
+            "on": {"1000": _run(1000, 0.2), "10000": _run(10_000, 0.3), "100000": _run(100_000, 0.5)}}
+    reads = {"by_large_accounts": {"0": {"p50": 10.0}, "10": {"p50": 12.0}}}
+    out = compute_crossover(runs, 10_000, reads)
+    # 0.2 s at 1,000 and 1.1 s at 10,000: 1 s at 1,000 + 9,000 x 0.8 / 0.9 = 9,000 followers
+    assert out["followers"] == 9000
+    assert out["threshold_over_crossover"] == pytest.approx(1.111, abs=1e-3)
+    assert out["merged_readable_s"] == 0.4  # p50 of the counts at or above the threshold
+    assert out["read_ms_per_large_account"] == 0.2
+    assert "9,000 followers" in out["text"]
 
 
-def test_crossover_needs_two_push_points_and_a_merged_one() -> None:
-    runs = {"off": {"1000": _run("off", 1000, 0.3)}, "on": {"1000": _run("on", 1000, 0.3)}}
-    assert compute_crossover(runs, 10_000)["followers"] is None
-    runs["off"]["10000"] = _run("off", 10_000, 1.2)
-    assert compute_crossover(runs, 10_000)["followers"] is None  # nothing merged at >= 10,000
-    runs["on"]["10000"] = _run("on", 10_000, 0.5)
-    assert compute_crossover(runs, 10_000)["followers"] is not None
+def test_crossover_below_and_above_the_measured_counts() -> None:
+    below = {"off": {"1000": _run(1000, 2.0), "10000": _run(10_000, 8.0)}}
+    assert compute_crossover(below, 10_000)["followers"] == 500  # through the origin
+    above = {"off": {"1000": _run(1000, 0.1), "10000": _run(10_000, 0.4)}}
+    assert compute_crossover(above, 10_000)["followers"] == 28_000  # 10,000 + 9,000 x 0.6 / 0.3
+    assert compute_crossover({"off": {}}, 10_000)["followers"] is None
+    flat = {"off": {"1000": _run(1000, 0.1), "10000": _run(10_000, 0.1)}}
+    assert compute_crossover(flat, 10_000)["followers"] is None
 
 
 def test_cpu_per_1k_rows_counts_new_processes_from_zero() -> None:
