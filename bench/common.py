@@ -57,6 +57,22 @@ class Plan:
     readers: int
     profile_s: int
     drain_timeout_s: float
+    # celebrity (issue 13): follower counts, posts per count and mode, the
+    # ordinary authors posting meanwhile, and the home-read sub-phase
+    celebrity_counts: tuple[int, ...]
+    celebrity_posts: int
+    celebrity_gap_s: float
+    ordinary_authors: int
+    ordinary_followers: int
+    ordinary_rate: float
+    ordinary_min_s: float
+    read_large_counts: tuple[int, ...]
+    read_large_threshold: int
+    read_large_readers: int
+    # latency-bound scaling (issue 13)
+    scale_tweets: int
+    scale_delay_ms: float
+    scale_counts: tuple[int, ...]
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
@@ -65,12 +81,20 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              backlog_authors=8, backlog_followers=2000, backlog_tweets=16, tune_rows=4000,
              tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
              lag_duration_s=16, lag_sweep_rates=(2.0,), lag_sweep_duration_s=8, read_rate=20, read_block_s=3,
-             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600)
+             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600,
+             celebrity_counts=(1000, 10_000, 50_000), celebrity_posts=3, celebrity_gap_s=1.0, ordinary_authors=10,
+             ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=8, read_large_counts=(0, 10, 100),
+             read_large_threshold=100, read_large_readers=4, scale_tweets=24, scale_delay_ms=5.0,
+             scale_counts=(1, 2, 4, 1))
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,
             lag_rate=0.5, lag_duration_s=120, lag_sweep_rates=(2.0, 4.0), lag_sweep_duration_s=60, read_rate=40,
-            read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600)
+            read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600,
+            celebrity_counts=(1000, 10_000, 100_000, 1_000_000), celebrity_posts=5, celebrity_gap_s=1.0,
+            ordinary_authors=10, ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=20,
+            read_large_counts=(0, 10, 100), read_large_threshold=100, read_large_readers=10, scale_tweets=64,
+            scale_delay_ms=5.0, scale_counts=(1, 2, 4, 1))
 
 
 class BenchError(RuntimeError):

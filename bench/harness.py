@@ -242,6 +242,13 @@ class Bench:
 
         return await asyncio.gather(*(one(c) for c in coros))
 
+    async def restart_workers(self, env: dict[str, str] | None = None, count: int = 1) -> None:
+        """Stop every worker and start ``count`` with ``env`` on top of the
+        system's environment (none: the system's own settings)."""
+        assert self.system is not None
+        await asyncio.to_thread(self.system.stop_workers)
+        await asyncio.to_thread(self.system.start_workers, count, 120, (lambda _i: env) if env else None)
+
     # worker metrics ----------------------------------------------------------------------
     def rows_written(self) -> float | None:
         """The sum of ``fanline_timeline_rows_written_total`` over running workers."""

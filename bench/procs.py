@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ class BenchSystem(System):
 
     worker_ports: dict[str, int] = field(default_factory=dict)
     env_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
+    replica_ports: dict[str, int] = field(default_factory=dict)
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = self._log(name)
         env = {**self.env(), **self.env_overrides.get(name, {})}
@@ -62,22 +65,24 @@ class BenchSystem(System):
     def worker_port(self, index: int) -> int:
         return self.ports[WORKER] if index == 0 else self.base_port + 10 + index
 
-    def spawn_workers(self, count: int) -> list[str]:
-        """Start ``count`` worker processes at once (not waiting)."""
+    def spawn_workers(self, count: int, env_for: Callable[[int], dict[str, str]] | None = None) -> list[str]:
+        """Start ``count`` worker processes at once (not waiting);
+        ``env_for(i)``: extra environment of worker ``i``."""
         names = []
         for i in range(count):
             name = self.worker_name(i)
             port = self.worker_port(i)
-            self.env_overrides[name] = {"FANLINE_WORKER_PORT": str(port)}
+            self.env_overrides[name] = {**(env_for(i) if env_for else {}), "FANLINE_WORKER_PORT": str(port)}
             self.worker_ports[name] = port
             self._spawn(name, [self.python, "-m", MODULES[WORKER]])
             names.append(name)
         return names
 
-    def start_workers(self, count: int, timeout: float = 120) -> list[str]:
+    def start_workers(self, count: int, timeout: float = 120,
+                      env_for: Callable[[int], dict[str, str]] | None = None) -> list[str]:
         """Start ``count`` workers and wait until each has joined the group
         (its /readyz answers 200)."""
-        names = self.spawn_workers(count)
+        names = self.spawn_workers(count, env_for)
         deadline = time.monotonic() + timeout
         for name in names:
             url = f"http://127.0.0.1:{self.worker_ports[name]}/readyz"
@@ -97,8 +102,46 @@ class BenchSystem(System):
         for name in self.running_workers():
             self.stop_service(name)
 
+    # extra tweet-store processes (the latency-scaling phase) --------------------
+    def start_replicas(self, count: int, env: dict[str, str], timeout: float = 120) -> list[str]:
+        """Start ``count`` extra tweet-store processes on ports base+40.. with
+        ``env`` on top of the system's, and wait until each is ready."""
+        names = []
+        for i in range(count):
+            name, port = f"tweet-store-r{i + 1}", self.base_port + 40 + i
+            self.env_overrides[name] = {**env, "FANLINE_TWEET_STORE_PORT": str(port)}
+            self.replica_ports[name] = port
+            self._spawn(name, [self.python, "-m", MODULES["tweet-store"]])
+            names.append(name)
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while not _system._http_ok(f"{self.replica_url(name)}/readyz"):
+                proc = self.procs.get(name)
+                if proc is not None and proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} not ready after {timeout:.0f}s")
+                time.sleep(0.2)
+        return names
+
+    def replica_url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.replica_ports[name]}"
+
+    def stop_replicas(self) -> None:
+        for name in [n for n in self.procs if n.startswith("tweet-store-r")]:
+            self.stop_service(name)
+
+    def restart_service(self, name: str, env: dict[str, str], timeout: float = 120) -> None:
+        """Stop a core service and start it again with ``env`` on top of the
+        system's environment (replacing any earlier override)."""
+        self.stop_service(name)
+        self.env_overrides[name] = dict(env)
+        self.start_service(name)
+        self.wait_ready(timeout, services=(name,))
+
     def stop(self) -> None:
         self.stop_workers()
+        self.stop_replicas()
         super().stop()
 
     def pids(self) -> dict[str, int]:

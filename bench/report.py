@@ -7,10 +7,12 @@ every figure on the page comes from the run that wrote the JSON.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .report_format import _ratio, _table, _verdict, fmt
+from .report_scale import celebrity_plots, celebrity_section, latency_scaling_section
 from .results import FOLLOWER_COUNTS, SERVICES, WORKER_COUNTS, evaluate_targets, get
 
 # Home-timeline rows per delivery-lag tweet: 1,000 followers and the author.
@@ -21,41 +23,10 @@ PLOTS = {
     "fanout": "fanout_throughput.png",
     "scaling": "scaling.png",
     "lag": "delivery_lag.png",
+    "celebrity": "celebrity.png",
+    "home_reads": "home_reads_large_accounts.png",
+    "latency_scaling": "latency_scaling.png",
 }
-
-
-# --- formatting helpers -------------------------------------------------------------
-
-
-def fmt(value: Any, digits: int = 1, unit: str = "") -> str:
-    """A number for a table cell; '—' for null."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}{unit}"
-    if isinstance(value, float):
-        if abs(value) >= 1000:
-            return f"{value:,.0f}{unit}"
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value}{unit}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _verdict(passed: bool | None) -> str:
-    return {True: "**pass**", False: "**FAIL**", None: "not measured"}[passed]
-
-
-def _ratio(a: Any, b: Any) -> str:
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)) or not b:
-        return "—"
-    return f"{a / b:,.1f}×"
 
 
 # --- markdown -----------------------------------------------------------------------
@@ -93,7 +64,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     for t in evaluate_targets(doc):
         rows.append([t.text, f"{fmt(t.measured, 2)} ({t.measured_label})", f"{t.op} {fmt(t.bound, 2)} ({t.bound_label})",
                      _verdict(t.passed)])
-    add(_table(["target (issue 4)", "measured", "bound", "result"], rows))
+    add(_table(["target (issues 4 and 13)", "measured", "bound", "result"], rows))
     add("")
 
     # Machine
@@ -321,6 +292,9 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
                                    "largest of all worker processes.")))
     add("")
 
+    out.extend(celebrity_section(doc, plots))
+    out.extend(latency_scaling_section(doc, plots))
+
     # Profile
     prof = d.get("profile") or {}
     add("## Profile (py-spy)")
@@ -367,7 +341,8 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     add("## Reproduce")
     add("")
     add("```sh\nmake bench         # the full run (tens of minutes); rewrites this page and bench/results/\n"
-        "make bench-quick   # a short smoke run; writes bench/results/quick/ only\n```")
+        "make bench-quick   # a short smoke run; writes bench/results/quick/ only\n"
+        "python -m bench.run --phases celebrity,latency_scaling --out /tmp/b   # only some phases, elsewhere\n```")
     add("")
     add("Both start (or reuse) the real engines with `deploy/local/infra` and start their own isolated "
         "system (own keyspaces, topics and consumer group, ports from 30000), then drop their keyspaces.")
@@ -553,4 +528,5 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         ax.set_title(f"Delivery lag, {lg.get('followers', '?')} followers at {lg.get('rate_per_s', '?')} tweets/s")
         ax.legend(fontsize=8)
         save(fig, "lag")
+    celebrity_plots(doc, plt, save)
     return made

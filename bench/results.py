@@ -21,6 +21,7 @@ from typing import Any
 FOLLOWER_COUNTS = ("0", "100", "1000", "10000")
 WORKER_COUNTS = ("1", "2", "4")
 SERVICES = ("api", "social-graph", "tweet-store", "fanout-worker")
+LARGE_FOLLOWED = ("0", "10", "100")  # large accounts a home reader follows (issue 13)
 
 # Every key path the issue's schema requires ("a.b.c").
 SCHEMA: tuple[str, ...] = (
@@ -40,6 +41,16 @@ SCHEMA: tuple[str, ...] = (
     *(f"scaling_rows_per_s.{n}" for n in WORKER_COUNTS),
     "scaling_rows_per_s.cores",
     *(f"peak_rss_mb.{s}" for s in SERVICES),
+    # issue 13: the celebrity and latency-bound scaling phases
+    "celebrity.threshold",
+    "celebrity.hybrid_on",
+    "celebrity.hybrid_off",
+    *(f"celebrity.home_read_ms.{g}.{p}" for g in LARGE_FOLLOWED for p in ("p50", "p99")),
+    "celebrity.crossover_followers",
+    *(f"latency_scaling.rows_per_s.{n}" for n in WORKER_COUNTS),
+    *(f"latency_scaling.ratio_vs_1.{n}" for n in WORKER_COUNTS[1:]),
+    "latency_scaling.delay_ms_each_way",
+    "latency_scaling.cpu_s_per_1k_rows",
 )
 
 
@@ -55,6 +66,10 @@ def empty_result() -> dict[str, Any]:
         "timeline_read_ms": {"api": dict(pct), "raw": dict(pct), "rate_per_s": None},
         "scaling_rows_per_s": {**{n: None for n in WORKER_COUNTS}, "cores": None},
         "peak_rss_mb": {s: None for s in SERVICES},
+        "celebrity": {"threshold": None, "hybrid_on": {}, "hybrid_off": {},
+                      "home_read_ms": {g: dict(pct) for g in LARGE_FOLLOWED}, "crossover_followers": None},
+        "latency_scaling": {"delay_ms_each_way": None, "rows_per_s": {n: None for n in WORKER_COUNTS},
+                            "ratio_vs_1": {n: None for n in WORKER_COUNTS[1:]}, "cpu_s_per_1k_rows": None},
         "details": {},
     }
 
@@ -132,8 +147,52 @@ def _div(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
+def largest_count(doc: Mapping[str, Any], mode: str) -> str | None:
+    """The largest follower count the celebrity phase measured in ``mode``
+    (``on``/``off``): 1,000,000 in a full run."""
+    runs = get(doc, f"celebrity.hybrid_{mode}") or {}
+    counts = [k for k in runs if k.isdigit()]
+    return max(counts, key=int) if counts else None
+
+
+def _log_distance(a: float | None, b: float | None) -> float | None:
+    return abs(math.log10(a / b)) if a and b and a > 0 and b > 0 else None
+
+
+def celebrity_targets(doc: Mapping[str, Any]) -> list[Target]:
+    """Issue 13's benchmark targets (celebrity and latency-bound scaling)."""
+    on, off = largest_count(doc, "on"), largest_count(doc, "off")
+    at_on = f" at {int(on):,} followers" if on else ""
+    at_off = f" at {int(off):,} followers" if off else ""
+    read0 = _num(doc, "celebrity.home_read_ms.0.p99")
+    read10 = _num(doc, "celebrity.home_read_ms.10.p99")
+    threshold = _num(doc, "celebrity.threshold")
+    cross = _num(doc, "celebrity.crossover_followers")
+    one = _num(doc, "latency_scaling.rows_per_s.1")
+    return [
+        Target("celebrity_readable_1s", "a 1,000,000-follower author's tweet readable by every follower within 1 s "
+               "(hybrid on)", _num(doc, f"celebrity.hybrid_on.{on}.readable_last_follower_s") if on else None, 1.0,
+               "<=", f"slowest tweet to the last follower{at_on} (s)", "1 s"),
+        Target("celebrity_ordinary_lag", "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower "
+               "author posts (hybrid on)", _num(doc, f"celebrity.hybrid_on.{on}.ordinary_lag_p99_ms") if on else None,
+               2000.0, "<=", f"ordinary lag p99{at_on} (ms)", "2,000 ms"),
+        Target("celebrity_ordinary_lag_push", "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower "
+               "author posts (hybrid off: the push path is fair)",
+               _num(doc, f"celebrity.hybrid_off.{off}.ordinary_lag_p99_ms") if off else None, 2000.0, "<=",
+               f"ordinary lag p99{at_off}, hybrid off (ms)", "2,000 ms"),
+        Target("home_read_large", "home-read p99 following 10 large accounts ≤ 2 × following none",
+               read10, _mul(read0, 2.0), "<=", "p99 with 10 large accounts (ms)", "2 × p99 with none (ms)"),
+        Target("threshold_crossover", "the default large-account threshold within 3× of the measured crossover",
+               _log_distance(threshold, cross), math.log10(3), "<=", "abs(log10(threshold ÷ crossover))", "log10(3)"),
+        Target("latency_scaling_2", "latency-bound fan-out: 2 workers + 2 replicas ≥ 1.8 × the rows/s of one",
+               _div(_num(doc, "latency_scaling.rows_per_s.2"), one), 1.8, ">=", "rows/s of 2 ÷ rows/s of 1", "1.8"),
+        Target("latency_scaling_4", "latency-bound fan-out: 4 workers + 4 replicas ≥ 3.2 × the rows/s of one",
+               _div(_num(doc, "latency_scaling.rows_per_s.4"), one), 3.2, ">=", "rows/s of 4 ÷ rows/s of 1", "3.2"),
+    ]
+
+
 def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
-    """The five targets of issue 4, each as measured-vs-bound from the same run."""
+    """The five targets of issue 4 and issue 13's, each as measured-vs-bound from the same run."""
     ours0 = _num(doc, "post_latency_ms.ours.0.p99")
     ours10k = _num(doc, "post_latency_ms.ours.10000.p99")
     sync10k = _num(doc, "post_latency_ms.sync_baseline.10000.p99")
@@ -153,6 +212,7 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
                api50, _mul(raw50, 2.0), "<=", "GET /v1/timeline p50 (ms)", "2 × raw CQL p50 (ms)"),
         Target("lag_p99", "delivery lag p99 ≤ 2 s for 1,000 followers at the reported rate",
                lag99, 2000.0, "<=", "lag p99 (ms)", "2,000 ms"),
+        *celebrity_targets(doc),
     ]
 
 

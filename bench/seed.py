@@ -34,11 +34,18 @@ BULK_CONCURRENCY = 256
 BATCH_ROWS = 100  # rows per single-partition unlogged batch (one mutation each)
 # Longer than any run; social-graph renews the rows of followers who log in.
 ACTIVE_TTL_S = 8 * 24 * 3600
+EDGE_CHUNK = 100_000
 
 
 def pool_name(tag: str, index: int) -> str:
     """Follower ``index`` of the pool (zero-padded: name order = index order)."""
     return f"f{tag}_{index:05d}"
+
+
+def celebrity_follower(tag: str, index: int) -> str:
+    """Follower ``index`` of the celebrity phase's pool (seven digits: name
+    order = index order up to 10,000,000)."""
+    return f"c{tag}_{index:07d}"
 
 
 @dataclass
@@ -143,3 +150,51 @@ def bulk_load_followers_table(session: Session, keyspace: str, graph: Graph, aut
     _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
          rows, partition=0)
     return len(rows)
+
+
+def bulk_load_edges(session: Session, keyspace: str, edges: Sequence[tuple[str, str]], accounts: Sequence[str],
+                    progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+    """Follow ``edges`` ((follower, author) pairs, names as written) into
+    social-graph's tables, and full accounts for ``accounts`` (blocking; call
+    from a thread). Returns (rows, statements).
+
+    Every edge gets its ``following``, ``followers`` and ``followers_active``
+    rows and the authors' follower counters. Only ``accounts`` — the followers
+    that log in — also get ``users``, ``users_by_prefix``, ``user_activity``
+    and their following counter: the other followers of a 1,000,000-follower
+    author never log in, and no measured path reads those rows for them (the
+    fan-out pages ``followers_active``), so writing them would only lengthen
+    the seeding by minutes."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    say = progress or (lambda _msg: None)
+    password_hash = argon2_hash(POOL_PASSWORD)
+    say(f"bulk-loading {len(edges):,} follow edges and {len(accounts):,} accounts into {keyspace}")
+    sent = _run(session, f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) "
+                         "VALUES (?, ?, ?, ?)", [(u.lower(), u, password_hash, now) for u in accounts])
+    sent += _run(session, f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) "
+                          "VALUES (?, ?, ?, ?)", [(u.lower()[:2], u.lower(), u, now) for u in accounts], partition=0)
+    sent += _run(session, f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)",
+                 [(u.lower(), now) for u in accounts])
+    for i in range(0, len(edges), EDGE_CHUNK):  # bounded memory for the statements of 1,000,000 edges
+        chunk = edges[i:i + EDGE_CHUNK]
+        sent += _run(session, f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) "
+                              "VALUES (?, ?, ?, ?)", [(f.lower(), a.lower(), a, now) for f, a in chunk], partition=0)
+        sent += _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) "
+                              "VALUES (?, ?, ?, ?)", [(a.lower(), f.lower(), f, now) for f, a in chunk], partition=0)
+        sent += _run(session, f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) "
+                              f"VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}",
+                     [(a.lower(), f.lower(), f) for f, a in chunk], partition=0)
+        if len(edges) > EDGE_CHUNK:
+            say(f"  {min(i + EDGE_CHUNK, len(edges)):,} / {len(edges):,} edges")
+    followers: dict[str, int] = {}
+    following: dict[str, int] = {}
+    wanted = {u.lower() for u in accounts}
+    for f, a in edges:
+        followers[a.lower()] = followers.get(a.lower(), 0) + 1
+        if f.lower() in wanted:
+            following[f.lower()] = following.get(f.lower(), 0) + 1
+    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
+                 [(n, f) for f, n in following.items()])
+    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
+                 [(n, a) for a, n in followers.items()])
+    return 3 * len(accounts) + 3 * len(edges) + len(following) + len(followers), sent

@@ -31,6 +31,16 @@ ISSUE_KEYS = {
 }
 
 
+# Issue 13's additions (the celebrity and latency-bound scaling phases).
+ISSUE13_KEYS = {
+    "celebrity": {"threshold": None, "hybrid_on": None, "hybrid_off": None,
+                  "home_read_ms": {g: {"p50": None, "p99": None} for g in ("0", "10", "100")},
+                  "crossover_followers": None},
+    "latency_scaling": {"rows_per_s": {"1": None, "2": None, "4": None}, "ratio_vs_1": {"2": None, "4": None},
+                        "delay_ms_each_way": None, "cpu_s_per_1k_rows": None},
+}
+
+
 def issue_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
     paths = []
     for key, sub in tree.items():
@@ -52,7 +62,31 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
     doc["timeline_read_ms"] = {"api": {"p50": 9.0, "p99": 30.0}, "raw": {"p50": 4.0, "p99": 10.0}, "rate_per_s": 50}
     doc["scaling_rows_per_s"] = {"1": 8000.0, "2": 9000.0, "4": 9500.0, "cores": 2}
     doc["peak_rss_mb"] = {"api": 60.0, "social-graph": 70.0, "tweet-store": 80.0, "fanout-worker": 90.0}
+    per_count = {"post_p99_ms": 60.0, "ordinary_lag_p99_ms": 900.0, "rows_written": 10, "stored_rows_max_of_sampled": 12}
+    doc["celebrity"] = {
+        "threshold": 10000,
+        "hybrid_off": {"1000": {**per_count, "readable_last_follower_s": 0.4},
+                       "1000000": {**per_count, "readable_last_follower_s": 90.0, "ordinary_lag_p99_ms": 40000.0},
+                       "largest_partition_bytes": 50000},
+        "hybrid_on": {"1000": {**per_count, "readable_last_follower_s": 0.4},
+                      "1000000": {**per_count, "readable_last_follower_s": 0.8, "ordinary_lag_p99_ms": 1500.0},
+                      "largest_partition_bytes": 40000},
+        "home_read_ms": {"0": {"p50": 8.0, "p99": 20.0}, "10": {"p50": 9.0, "p99": 30.0},
+                         "100": {"p50": 15.0, "p99": 60.0}},
+        "crossover_followers": 4000,
+        "crossover": {"followers": 4000, "text": "they cross at 4,000 followers"},
+    }
+    doc["latency_scaling"] = {
+        "delay_ms_each_way": 5.0, "rtt_ms": {"direct": 0.5, "proxied": 10.6},
+        "rows_per_s": {"1": 1000.0, "2": 1900.0, "4": 3000.0}, "ratio_vs_1": {"2": 1.9, "4": 3.0},
+        "cpu_s_per_1k_rows": {"fanout-worker": 0.1}, "cores": 2,
+    }
     doc["details"] = {
+        "latency_scaling": {"runs": {"1": {"machine_cpu_utilisation": 0.5, "cpu_bound": False,
+                                           "cpu_s_per_1k_rows": {"fanout-worker": 0.1, "tweet-store": 0.2}},
+                                     "4": {"machine_cpu_utilisation": 0.95, "cpu_bound": True,
+                                           "cpu_s_per_1k_rows": {"fanout-worker": 0.12, "tweet-store": 0.25}},
+                                     "1 again": {"rows_per_s": 900.0, "cpu_bound": False}}},
         "mode": "quick", "started_at": "2026-11-22 03:00 UTC", "duration_s": 123.0,
         "delivery_lag": {"samples_ms": [300.0, 400.0, 450.0, 2500.0], "tweets": 4, "summary": {"max": 2500.0}},
         "fanout": {"stress_note": "cassandra-stress was not available.",
@@ -67,7 +101,7 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
 
 
 def test_schema_covers_every_key_of_the_issue() -> None:
-    assert set(issue_paths(ISSUE_KEYS)) == set(results.SCHEMA)
+    assert set(issue_paths(ISSUE_KEYS)) | set(issue_paths(ISSUE13_KEYS)) == set(results.SCHEMA)
     assert results.missing_keys(results.empty_result()) == []
 
 
@@ -101,11 +135,31 @@ def test_writer_refuses_a_document_missing_a_key(tmp_path: Path) -> None:
         ("worker_vs_driver", True),  # 8000 >= 7000
         ("read_vs_raw", False),  # 9 > 2 * 4
         ("lag_p99", False),  # 2500 > 2000
+        ("celebrity_readable_1s", True),  # 0.8 s at 1,000,000 followers, hybrid on
+        ("celebrity_ordinary_lag", True),  # 1500 <= 2000
+        ("celebrity_ordinary_lag_push", False),  # 40000 > 2000 with hybrid off
+        ("home_read_large", True),  # 30 <= 2 * 20
+        ("threshold_crossover", True),  # 10,000 / 4,000 = 2.5 <= 3
+        ("latency_scaling_2", True),  # 1.9 >= 1.8
+        ("latency_scaling_4", False),  # 3.0 < 3.2
     ],
 )
 def test_targets_are_judged_from_the_same_document(key: str, expected: bool) -> None:
     targets = {t.key: t for t in results.evaluate_targets(fake_result())}
     assert targets[key].passed is expected
+
+
+def test_issue13_targets_use_the_largest_count_measured() -> None:
+    doc = fake_result()
+    del doc["celebrity"]["hybrid_on"]["1000000"]  # a --quick run: 1,000 is the largest on this side
+    targets = {t.key: t for t in results.evaluate_targets(doc)}
+    assert targets["celebrity_readable_1s"].measured == 0.4
+    assert "1,000 followers" in targets["celebrity_readable_1s"].measured_label
+    doc["celebrity"]["crossover_followers"] = 1000  # 10,000 is 10x the crossover
+    assert {t.key: t for t in results.evaluate_targets(doc)}["threshold_crossover"].passed is False
+    empty = {t.key: t.passed for t in results.evaluate_targets(results.empty_result())}
+    assert all(empty[k] is None for k in ("celebrity_readable_1s", "home_read_large", "threshold_crossover",
+                                          "latency_scaling_2"))
 
 
 def test_unmeasured_target_is_neither_pass_nor_fail() -> None:
@@ -120,8 +174,13 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
     md = report.render_markdown(fake_result(), {"post_latency": "benchmarks/post_latency.png"})
     assert md.startswith("# Benchmarks")
     for heading in ("## Targets", "## 1. Post latency vs followers", "## 2. Fan-out throughput",
-                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 6. Memory", "## Profile (py-spy)"):
+                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 6. Memory", "## 7. Celebrity",
+                    "## 8. Scaling where latency-bound", "## Profile (py-spy)"):
         assert heading in md
+    assert "| on | 1,000,000 | 60.0 |" in md and "| off | 1,000,000 |" in md
+    assert "they cross at 4,000 followers" in md
+    assert "**CPU-bound**" in md and "| 4 + 4 | 3,000 | 3.0× |" in md
+    assert "| 1 + 1 again | 900 | 0.9× |" in md  # the run order, each run's own rate
     assert "![post latency vs followers](benchmarks/post_latency.png)" in md
     assert "**FAIL**" in md and "**pass**" in md
     assert "cassandra-stress was not available." in md
@@ -131,6 +190,7 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
 def test_markdown_survives_an_empty_result() -> None:
     md = report.render_markdown(results.empty_result())
     assert "not measured" in md
+    assert md.count("Not measured in this run.") == 2  # the celebrity and latency-scaling sections
 
 
 @pytest.mark.slow  # matplotlib takes ~10 s on a loaded 2-core machine

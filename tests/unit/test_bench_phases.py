@@ -1,0 +1,115 @@
+"""Pieces of the issue-13 benchmark phases that need no engines: the latency
+proxy (against a local echo server), the push-vs-merge crossover and the
+CPU-per-row arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.latency_proxy import LatencyProxy  # noqa: E402
+from bench.phases.celebrity import compute_crossover  # noqa: E402
+from bench.phases.latency_scaling import cpu_per_1k  # noqa: E402
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+
+
+async def _round_trips(port: int, payloads: list[bytes]) -> tuple[list[float], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    times, got = [], b""
+    for payload in payloads:
+        started = time.perf_counter()
+        writer.write(payload)
+        await writer.drain()
+        chunk = await reader.readexactly(len(payload))
+        times.append(time.perf_counter() - started)
+        got += chunk
+    writer.close()
+    return times, got
+
+
+def test_proxy_adds_its_delay_each_way_and_keeps_the_bytes_in_order() -> None:
+    async def scenario() -> None:
+        echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        echo_port = echo.sockets[0].getsockname()[1]
+        proxy = LatencyProxy("127.0.0.1", echo_port, 0.02)
+        front = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        front_port = front.sockets[0].getsockname()[1]
+        payloads = [bytes([i]) * (1000 * (i + 1)) for i in range(5)]
+        direct, _ = await _round_trips(echo_port, payloads)
+        proxied, got = await _round_trips(front_port, payloads)
+        assert got == b"".join(payloads)
+        assert min(proxied) >= 0.04  # 20 ms each way
+        assert min(proxied) > max(direct)
+        front.close()
+        echo.close()
+
+    asyncio.run(scenario())
+
+
+def test_proxy_delays_without_limiting_throughput() -> None:
+    """Many writes in flight arrive one delay later, not one delay each."""
+    async def scenario() -> None:
+        echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
+        proxy = LatencyProxy("127.0.0.1", echo.sockets[0].getsockname()[1], 0.05)
+        front = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.sockets[0].getsockname()[1])
+        started = time.perf_counter()
+        for _ in range(20):
+            writer.write(b"x" * 100)
+            await asyncio.sleep(0.005)
+        await writer.drain()
+        await reader.readexactly(2000)
+        took = time.perf_counter() - started
+        assert 0.1 + 0.09 <= took < 0.1 + 0.6  # 2 x 50 ms + the 0.1 s of sends, not 20 x 100 ms
+        writer.close()
+        front.close()
+        echo.close()
+
+    asyncio.run(scenario())
+
+
+def _run(followers: int, first: float, p50: float | None = None) -> dict[str, object]:
+    return {"followers": followers, "readable_by_last_follower_s": {"min": first, "p50": p50 or first}}
+
+
+def test_crossover_is_where_one_pushed_tweet_takes_the_budget() -> None:
+    runs = {"off": {"1000": _run(1000, 0.2), "10000": _run(10_000, 1.1), "100000": _run(100_000, 10.0)},
+            "on": {"1000": _run(1000, 0.2), "10000": _run(10_000, 0.3), "100000": _run(100_000, 0.5)}}
+    reads = {"by_large_accounts": {"0": {"p50": 10.0}, "10": {"p50": 12.0}}}
+    out = compute_crossover(runs, 10_000, reads)
+    # 0.2 s at 1,000 and 1.1 s at 10,000: 1 s at 1,000 + 9,000 x 0.8 / 0.9 = 9,000 followers
+    assert out["followers"] == 9000
+    assert out["threshold_over_crossover"] == pytest.approx(1.111, abs=1e-3)
+    assert out["merged_readable_s"] == 0.4  # p50 of the counts at or above the threshold
+    assert out["read_ms_per_large_account"] == 0.2
+    assert "9,000 followers" in out["text"]
+
+
+def test_crossover_below_and_above_the_measured_counts() -> None:
+    below = {"off": {"1000": _run(1000, 2.0), "10000": _run(10_000, 8.0)}}
+    assert compute_crossover(below, 10_000)["followers"] == 500  # through the origin
+    above = {"off": {"1000": _run(1000, 0.1), "10000": _run(10_000, 0.4)}}
+    assert compute_crossover(above, 10_000)["followers"] == 28_000  # 10,000 + 9,000 x 0.6 / 0.3
+    assert compute_crossover({"off": {}}, 10_000)["followers"] is None
+    flat = {"off": {"1000": _run(1000, 0.1), "10000": _run(10_000, 0.1)}}
+    assert compute_crossover(flat, 10_000)["followers"] is None
+
+
+def test_cpu_per_1k_rows_counts_new_processes_from_zero() -> None:
+    before = {"fanout-worker": {1: 10.0}, "tweet-store": {2: 5.0}, "cassandra": {}}
+    after = {"fanout-worker": {1: 12.0, 3: 1.0}, "tweet-store": {2: 9.0}, "cassandra": {}}
+    assert cpu_per_1k(before, after, 2000) == {"fanout-worker": 1.5, "tweet-store": 2.0, "cassandra": None}
+    assert cpu_per_1k(before, after, 0)["fanout-worker"] is None
