@@ -39,6 +39,7 @@ _MARKERS = (
     "real_infra: needs the real Cassandra and Kafka started by deploy/local/infra",
     "e2e: runs the whole system as processes",
     "slow: takes more than a few seconds",
+    "cluster: needs the three-node Cassandra + Kafka cluster (deploy/local/infra, nodes=3); node-loss tests",
 )
 
 

@@ -45,7 +45,8 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
         wanted = {settings.events_topic: settings.partitions, settings.dlq_topic: settings.partitions}
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor)
+            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor,
+                     topic_configs=topic_configs(settings.replication_factor))
             for name, n in wanted.items()
             if name not in existing
         ]
@@ -66,6 +67,17 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
         raise Unavailable(f"kafka error while creating topics: {exc!r}") from None
     finally:
         await _quiet_close(admin)
+
+
+def topic_configs(replication_factor: int) -> dict[str, str]:
+    """Per-topic settings: ``min.insync.replicas`` one less than the replication
+    factor (2 of 3), so with ``acks=all`` an acknowledged event is on two
+    brokers and losing any one broker neither loses it nor stops producing.
+    Set on the topic rather than left to the broker default (1 unless an
+    operator changed it), which would acknowledge writes held by one broker."""
+    if replication_factor < 2:
+        return {}
+    return {"min.insync.replicas": str(replication_factor - 1)}
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
