@@ -50,6 +50,11 @@ class _Cassandra(_Engine):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "cassandra.yaml").write_text(self.config_text(), encoding="utf-8")
+        shutil.copyfile(HERE / "cassandra" / "logback.xml", self.conf_dir / "logback.xml")
+
+    def config_text(self) -> str:
+        """This node's rendered ``cassandra.yaml``."""
         cfg = self.config
         storage = cfg.cassandra_storage_port
         if cfg.clustered:
@@ -60,7 +65,7 @@ class _Cassandra(_Engine):
             token = -(2**63) + (self.node - 1) * (2**64 // cfg.nodes)
         else:
             seeds, token = f"{HOST}:{storage}", 0
-        yaml = _render(HERE / "cassandra" / "cassandra.yaml", {
+        return _render(HERE / "cassandra" / "cassandra.yaml", {
             "data_dir": self.data_dir, "log_dir": self.log_dir, "host": self.host,
             "storage_port": storage, "native_port": cfg.cassandra_port, "seeds": seeds,
             "initial_token": token,
@@ -70,8 +75,6 @@ class _Cassandra(_Engine):
             "dynamic_snitch": str(cfg.clustered).lower(),
             "hinted_handoff": str(cfg.clustered).lower(),
         })
-        (self.conf_dir / "cassandra.yaml").write_text(yaml, encoding="utf-8")
-        shutil.copyfile(HERE / "cassandra" / "logback.xml", self.conf_dir / "logback.xml")
 
     def jamm_jar(self) -> Path | None:
         jars = sorted(self.lib_dir.glob("jamm-*.jar"))

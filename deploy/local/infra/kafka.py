@@ -70,6 +70,13 @@ class _Kafka(_Engine):
     def prepare(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "server.properties").write_text(self.config_text(), encoding="utf-8")
+        shutil.copyfile(HERE / "kafka" / "log4j2.xml", self.conf_dir / "log4j2.xml")
+        if not (self.data_dir / "meta.properties").is_file():
+            self._format()
+
+    def config_text(self) -> str:
+        """This broker's rendered ``server.properties``."""
         cfg = self.config
         values: dict[str, object] = {
             "host": self.host, "broker_port": cfg.kafka_port,
@@ -84,11 +91,7 @@ class _Kafka(_Engine):
                                         for i in range(1, cfg.nodes + 1))
             values["rf"] = min(3, cfg.nodes)
             values["min_isr"] = max(1, min(3, cfg.nodes) - 1)
-        props = _render(HERE / "kafka" / template, values)
-        (self.conf_dir / "server.properties").write_text(props, encoding="utf-8")
-        shutil.copyfile(HERE / "kafka" / "log4j2.xml", self.conf_dir / "log4j2.xml")
-        if not (self.data_dir / "meta.properties").is_file():
-            self._format()
+        return _render(HERE / "kafka" / template, values)
 
     def _format(self) -> None:
         """Format the KRaft storage once (standalone dynamic quorum with this node as voter)."""
