@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import threading
 import time
@@ -179,8 +180,8 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
     caught up (every reader's home timeline holds every acknowledged tweet, or
     ``timeout`` passed).
 
-    Lost: an acknowledged tweet missing from ``GET /v1/tweets/{id}``, its
-    author's userline or a follower's home timeline. Duplicated: a body (one
+    Lost: an acknowledged tweet missing from its author's userline, a
+    follower's home timeline or (a sample of 100) ``GET /v1/tweets/{id}``. Duplicated: a body (one
     per Idempotency-Key) stored as more than one tweet, or a tweet listed
     twice in a timeline.
     """
@@ -208,7 +209,10 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
             if tid not in ids:
                 lost.add(tid)
             duplicated += max(0, len(ids) - 1)
-    for tid in want:
+    # The userline pages above are hydrated from the tweets table already; a
+    # sample of single reads checks GET /v1/tweets/{id} too without a request
+    # per tweet (thousands after a long fault on a slow machine).
+    for tid in random.sample(sorted(want), min(len(want), 100)):
         if api.request("GET", f"/v1/tweets/{tid}").status_code != 200:
             lost.add(tid)
     for items in homes().values():
