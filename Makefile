@@ -13,7 +13,10 @@ PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e servic
 # Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
 KUBECONFORM_VERSION := v0.7.0
 KUSTOMIZE_VERSION   := v5.7.1
-INFRA  := $(PYTHON) deploy/local/infra
+# NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
+# (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
+NODES  ?= 1
+INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) deploy/local/infra
 
 .PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
 
@@ -30,7 +33,7 @@ venv: $(STAMP)  ## create .venv with every package (done by the other targets on
 run: $(STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000
 	$(BIN)/python deploy/local/system.py
 
-infra-up:  ## start real Cassandra + Kafka on loopback (downloads with Maven on first use)
+infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; Maven download on first use)
 	$(INFRA) up
 
 infra-down:  ## stop them
@@ -39,8 +42,8 @@ infra-down:  ## stop them
 infra-status:  ## are they running?
 	$(INFRA) status
 
-run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka
-	$(BIN)/python deploy/local/system.py --real
+run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster)
+	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python deploy/local/system.py --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \

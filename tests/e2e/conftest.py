@@ -13,6 +13,7 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,15 @@ SMALL_ENV = {
 }
 
 
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 def real_env(infra: Any, tag: str) -> dict[str, str]:
     """Settings that isolate one real-engine system: its own keyspaces,
     topics and consumer group on the shared engines."""
     host, port = infra.cassandra_contact.rsplit(":", 1)
+    # (a cluster's extra settings -- every host, RF 3 -- come in as ``extra``)
     return {
         **FAST_ENV,
         "FANLINE_CASSANDRA_HOSTS": host,
@@ -181,3 +187,63 @@ def kafka_control(real_infra: Any) -> Any:
     if real_infra.control is None:
         pytest.fail("Kafka is external (FANLINE_TEST_KAFKA): this test needs to stop and start it")
     return real_infra.control
+
+
+# --- the three-node cluster (tests/e2e/test_cluster.py) ------------------------------
+
+@dataclass(frozen=True)
+class ClusterInfra:
+    """The cluster's launcher and the addresses ``make_system`` reads."""
+
+    control: Any  # deploy/local/infra LocalInfra with nodes=3
+    cassandra_contact: str
+    kafka_bootstrap: str
+
+
+@pytest.fixture(scope="session")
+def cluster_infra() -> Iterator[ClusterInfra]:
+    """Three Cassandra nodes and three Kafka brokers on 127.0.0.11-13 (state in
+    ``FANLINE_CLUSTER_INFRA_DIR``, default ``<repo>/.infra-cluster``), started
+    once per session and stopped at its end unless ``FANLINE_KEEP_INFRA=1`` or
+    they were already running. Skipped like ``real_infra`` unless
+    ``REQUIRE_REAL_INFRA=1``. Never touches the single-node engines."""
+    import infra as module  # deploy/local/infra (on sys.path above)
+
+    state = os.environ.get("FANLINE_CLUSTER_INFRA_DIR", "").strip() or str(REPO / ".infra-cluster")
+    local = module.LocalInfra(module.InfraConfig.from_env(nodes=3, state_dir=state))
+    try:
+        local.check_prerequisites()
+    except module.InfraUnavailable as exc:
+        if _flag("REQUIRE_REAL_INFRA"):
+            raise
+        pytest.skip(f"real infrastructure unavailable (set REQUIRE_REAL_INFRA=1 to make this an error): {exc}")
+    already = local.is_running()
+    local.start()
+    try:
+        yield ClusterInfra(local, local.cassandra_contact, local.kafka_bootstrap)
+    finally:
+        if not already and not _flag("FANLINE_KEEP_INFRA"):
+            local.stop()
+
+
+def cluster_env(infra: ClusterInfra) -> dict[str, str]:
+    """Settings pointing a system at every node, with replication factor 3."""
+    return dict(infra.control.settings_env())
+
+
+@pytest.fixture(scope="session")
+def cluster_system(cluster_infra: ClusterInfra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    system = make_system("real", 29000, tmp_path_factory.mktemp("cluster"), cluster_infra,
+                         **cluster_env(cluster_infra))
+    system.start(timeout=240)
+    yield system
+    system.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from .cluster import SURVIVED, table
+
+    if SURVIVED:
+        terminalreporter.section("three-node cluster: what was survived")
+        for line in table(SURVIVED).splitlines():
+            terminalreporter.write_line(line)

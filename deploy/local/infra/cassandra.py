@@ -21,12 +21,12 @@ from .process import _pid_listens_on
 
 
 class _Cassandra(_Engine):
-    name = "cassandra"
+    kind = "cassandra"
     main_class = CASSANDRA_MAIN
     pom = HERE / "cassandra" / "pom.xml"
 
-    def __init__(self, config: InfraConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: InfraConfig, node: int = 0) -> None:
+        super().__init__(config, node)
         self.version = config.cassandra_version
         self.main_log = self.log_dir / "system.log"
 
@@ -35,11 +35,11 @@ class _Cassandra(_Engine):
 
     def ports(self) -> dict[str, int]:
         return {"CQL": self.config.cassandra_port, "storage": self.config.cassandra_storage_port,
-                "JMX": self.config.cassandra_jmx_port}
+                "JMX": self.config.jmx_port(self.node)}
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.config.cassandra_port}"
+        return f"{self.host}:{self.config.cassandra_port}"
 
     @property
     def client_port(self) -> int:
@@ -50,13 +50,31 @@ class _Cassandra(_Engine):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        yaml = _render(HERE / "cassandra" / "cassandra.yaml", {
-            "data_dir": self.data_dir, "log_dir": self.log_dir, "host": HOST,
-            "storage_port": self.config.cassandra_storage_port,
-            "native_port": self.config.cassandra_port,
-        })
-        (self.conf_dir / "cassandra.yaml").write_text(yaml, encoding="utf-8")
+        (self.conf_dir / "cassandra.yaml").write_text(self.config_text(), encoding="utf-8")
         shutil.copyfile(HERE / "cassandra" / "logback.xml", self.conf_dir / "logback.xml")
+
+    def config_text(self) -> str:
+        """This node's rendered ``cassandra.yaml``."""
+        cfg = self.config
+        storage = cfg.cassandra_storage_port
+        if cfg.clustered:
+            # Every node is a seed: all start together and none needs to
+            # bootstrap (stream) from another, so a fresh cluster is up in the
+            # time of one node's start.
+            seeds = ",".join(f"{cfg.host(i)}:{storage}" for i in range(1, cfg.nodes + 1))
+            token = -(2**63) + (self.node - 1) * (2**64 // cfg.nodes)
+        else:
+            seeds, token = f"{HOST}:{storage}", 0
+        return _render(HERE / "cassandra" / "cassandra.yaml", {
+            "data_dir": self.data_dir, "log_dir": self.log_dir, "host": self.host,
+            "storage_port": storage, "native_port": cfg.cassandra_port, "seeds": seeds,
+            "initial_token": token,
+            "cluster_name": "Fanline Local Cluster" if cfg.clustered else "Fanline Local",
+            # A cluster routes reads away from a slow (e.g. paused) replica and
+            # hints the writes a down replica missed; a single node has neither need.
+            "dynamic_snitch": str(cfg.clustered).lower(),
+            "hinted_handoff": str(cfg.clustered).lower(),
+        })
 
     def jamm_jar(self) -> Path | None:
         jars = sorted(self.lib_dir.glob("jamm-*.jar"))
@@ -84,8 +102,13 @@ class _Cassandra(_Engine):
             "-Dcassandra.ring_delay_ms=1000",
             "-Dcassandra.superuser_setup_delay_ms=0",
         ]
+        if cfg.clustered:
+            # Cluster nodes restart often (node-loss tests). Each start otherwise
+            # measures the memtable row overhead by building rows: 25-30 s of CPU
+            # on a busy 2-core machine, for a figure that is always ~125 bytes here.
+            cmd.append("-Dcassandra.memtable.row_overhead_size=125")
         if cfg.cassandra_jmx_port:
-            cmd += [f"-Dcassandra.jmx.local.port={cfg.cassandra_jmx_port}",
+            cmd += [f"-Dcassandra.jmx.local.port={cfg.jmx_port(self.node)}",
                     "-Dcom.sun.management.jmxremote.authenticate=false",
                     f"-Djava.rmi.server.hostname={HOST}"]
         cmd += ["-cp", self.classpath, self.main_class]
@@ -93,7 +116,7 @@ class _Cassandra(_Engine):
 
     def probe(self) -> bool:
         try:
-            cql_release_version(HOST, self.config.cassandra_port, timeout=5.0)
+            cql_release_version(self.host, self.config.cassandra_port, timeout=5.0)
             return True
         except (OSError, ConnectionError, ValueError, struct.error):
             return False
@@ -105,5 +128,5 @@ class _Cassandra(_Engine):
             return None
         if _pid_listens_on(pid, self.client_port):
             with contextlib.suppress(OSError, ConnectionError, ValueError, struct.error):
-                return cql_release_version(HOST, self.client_port, timeout=5.0)
+                return cql_release_version(self.host, self.client_port, timeout=5.0)
         return _last_match(self.main_log, r"Cassandra version: (\S+)")

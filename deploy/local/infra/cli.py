@@ -27,13 +27,14 @@ def _print_status(infra: LocalInfra) -> bool:
         else:
             state, healthy = "down", False
         pid = f" pid={st['pid']}" if st["pid"] else ""
-        print(f"{name:<9} {versions[name]:<8} {st['address']:<16} {state}{pid}")
+        print(f"{name:<10} {versions[str(st['kind'])]:<8} {st['address']:<16} {state}{pid}")
     return healthy
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="infra", description="Local single-node Cassandra + Kafka for Fanline (no Docker).")
+        prog="infra", description="Local Cassandra + Kafka for Fanline (no Docker): one node each, "
+        "or FANLINE_INFRA_NODES=3 for a three-node cluster of each on 127.0.0.11-13.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch", help="download engine jars with Maven (skipped when cached)")
     p_up = sub.add_parser("up", help="fetch if needed, start both engines, wait until they answer")
@@ -44,10 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("status", help="show state; exit 0 only if both engines answer")
     sub.add_parser("versions", help="print engine versions as JSON")
     p_logs = sub.add_parser("logs", help="print the tail of the engine logs")
-    p_logs.add_argument("engine", nargs="?", choices=["cassandra", "kafka"])
+    p_logs.add_argument("engine", nargs="?", help="cassandra, kafka or one node (cassandra2, kafka3)")
     p_logs.add_argument("-n", "--lines", type=int, default=LOG_TAIL_LINES)
     sub.add_parser("env", help="print FANLINE_* connection variables (eval-able)")
     p_nt = sub.add_parser("nodetool", help="run Cassandra's nodetool against the local node")
+    p_nt.add_argument("--node", type=int, default=1, help="which cluster node (1-based)")
     p_nt.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
 
@@ -64,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for engine in engines:
                 secs = infra.startup_seconds.get(engine.name, 0.0)
                 how = "reused" if secs == 0.0 else f"started in {secs:.1f}s"
-                print(f"{engine.name:<9} {versions[engine.name]:<8} {engine.address:<16} ({how})")
+                print(f"{engine.name:<10} {versions[engine.kind]:<8} {engine.address:<16} ({how})")
         elif args.cmd == "down":
             if args.only == "cassandra":
                 infra.stop_cassandra()
@@ -79,16 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(infra.versions()))
         elif args.cmd == "logs":
             for name, paths in infra.log_paths().items():
-                if args.engine not in (None, name):
+                if args.engine is not None and not name.startswith(args.engine):
                     continue
                 for path in paths:
                     print(f"==> {path} <==")
                     print("\n".join(_tail(path, args.lines)))
         elif args.cmd == "env":
             print(f"FANLINE_CASSANDRA_CONTACT={infra.cassandra_contact}")
-            print(f"FANLINE_KAFKA_BOOTSTRAP={infra.kafka_bootstrap}")
+            for key, value in infra.settings_env().items():
+                print(f"{key}={value}")
         elif args.cmd == "nodetool":
-            return subprocess.call(infra.nodetool_command(*args.args))
+            return subprocess.call(infra.nodetool_command(*args.args, node=args.node))
     except InfraUnavailable as exc:
         print(f"infra unavailable: {exc}", file=sys.stderr)
         return 3

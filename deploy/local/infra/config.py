@@ -14,6 +14,17 @@ from .errors import InfraError
 HERE = Path(__file__).resolve().parent.parent
 REPO_ROOT = HERE.parent.parent
 HOST = "127.0.0.1"
+# A cluster's node ``i`` (1-based) listens on 127.0.0.<CLUSTER_HOST_BASE + i>: Linux
+# routes all of 127/8 to lo, so these aliases need no setup, and a cluster never
+# shares an address with the single-node engines (which bind 127.0.0.1 only).
+CLUSTER_HOST_BASE = 10
+# Single node vs. cluster defaults: the cluster uses other ports *as well as* other
+# addresses, so it can run beside the single-node pair (local JMX always binds
+# 127.0.0.1, so JMX ports must differ per node anyway: base + node index).
+SINGLE_DEFAULTS: dict[str, int | str] = {"cql": 9042, "storage": 7000, "jmx": 7199, "kafka": 9092, "controller": 9093,
+                   "cassandra_heap": "1G", "kafka_heap": "512M", "state": ".infra"}
+CLUSTER_DEFAULTS: dict[str, int | str] = {"cql": 9142, "storage": 7100, "jmx": 7310, "kafka": 9192, "controller": 9193,
+                    "cassandra_heap": "512M", "kafka_heap": "256M", "state": ".infra-cluster"}
 
 DEFAULT_CASSANDRA_VERSION = "5.0.9"
 DEFAULT_KAFKA_VERSION = "4.1.1"
@@ -49,6 +60,9 @@ class InfraConfig:
     """Everything that parameterises the local engines; see :meth:`from_env`."""
 
     state_dir: Path
+    #: 1: the single-node pair on 127.0.0.1; 3 (or more): that many Cassandra nodes
+    #: and Kafka brokers (KRaft, every broker also a controller voter) on 127.0.0.11...
+    nodes: int = 1
     cassandra_version: str = DEFAULT_CASSANDRA_VERSION
     kafka_version: str = DEFAULT_KAFKA_VERSION
     log4j_version: str = DEFAULT_LOG4J_VERSION
@@ -72,18 +86,23 @@ class InfraConfig:
         state = os.environ.get("FANLINE_INFRA_DIR", "").strip()
         java_home = os.environ.get("JAVA_HOME", "").strip()
         default_java = str(Path(java_home) / "bin" / "java") if java_home else "java"
+        nodes = int(str(overrides.get("nodes", _env_int("FANLINE_INFRA_NODES", 1))))
+        if nodes < 1:
+            raise InfraError(f"FANLINE_INFRA_NODES={nodes} must be at least 1")
+        d = SINGLE_DEFAULTS if nodes == 1 else CLUSTER_DEFAULTS
         values: dict[str, object] = dict(
-            state_dir=Path(state).expanduser().resolve() if state else REPO_ROOT / ".infra",
+            state_dir=Path(state).expanduser().resolve() if state else REPO_ROOT / str(d["state"]),
+            nodes=nodes,
             cassandra_version=_env_str("FANLINE_CASSANDRA_VERSION", DEFAULT_CASSANDRA_VERSION),
             kafka_version=_env_str("FANLINE_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
             log4j_version=_env_str("FANLINE_LOG4J_VERSION", DEFAULT_LOG4J_VERSION),
-            cassandra_port=_env_int("FANLINE_CASSANDRA_PORT", 9042),
-            cassandra_storage_port=_env_int("FANLINE_CASSANDRA_STORAGE_PORT", 7000),
-            cassandra_jmx_port=_env_int("FANLINE_CASSANDRA_JMX_PORT", 7199),
-            kafka_port=_env_int("FANLINE_KAFKA_PORT", 9092),
-            kafka_controller_port=_env_int("FANLINE_KAFKA_CONTROLLER_PORT", 9093),
-            cassandra_heap=_env_str("FANLINE_CASSANDRA_HEAP", "1G"),
-            kafka_heap=_env_str("FANLINE_KAFKA_HEAP", "512M"),
+            cassandra_port=_env_int("FANLINE_CASSANDRA_PORT", int(d["cql"])),
+            cassandra_storage_port=_env_int("FANLINE_CASSANDRA_STORAGE_PORT", int(d["storage"])),
+            cassandra_jmx_port=_env_int("FANLINE_CASSANDRA_JMX_PORT", int(d["jmx"])),
+            kafka_port=_env_int("FANLINE_KAFKA_PORT", int(d["kafka"])),
+            kafka_controller_port=_env_int("FANLINE_KAFKA_CONTROLLER_PORT", int(d["controller"])),
+            cassandra_heap=_env_str("FANLINE_CASSANDRA_HEAP", str(d["cassandra_heap"])),
+            kafka_heap=_env_str("FANLINE_KAFKA_HEAP", str(d["kafka_heap"])),
             cassandra_start_timeout=float(_env_int("FANLINE_CASSANDRA_START_TIMEOUT", 240)),
             kafka_start_timeout=float(_env_int("FANLINE_KAFKA_START_TIMEOUT", 120)),
             java=_env_str("FANLINE_JAVA", default_java),
@@ -93,3 +112,17 @@ class InfraConfig:
         if isinstance(values["state_dir"], str):
             values["state_dir"] = Path(str(values["state_dir"])).expanduser().resolve()
         return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def clustered(self) -> bool:
+        return self.nodes > 1
+
+    def host(self, node: int) -> str:
+        """Address of node ``node`` (1-based); 0 is the single-node engine on 127.0.0.1."""
+        return HOST if node == 0 else f"127.0.0.{CLUSTER_HOST_BASE + node}"
+
+    def jmx_port(self, node: int) -> int:
+        """Local JMX port of Cassandra node ``node`` (distinct: local JMX binds 127.0.0.1)."""
+        if not self.cassandra_jmx_port:
+            return 0
+        return self.cassandra_jmx_port + node

@@ -30,12 +30,19 @@ from .process import _find_pids, _pid_alive, _pid_listens_on, _proc_cmdline, _si
 class _Engine:
     """One JVM engine (Cassandra or Kafka) living under ``<state>/<name>/``."""
 
-    name: str = ""
+    kind: str = ""  # "cassandra" or "kafka"
     main_class: str = ""
 
-    def __init__(self, config: InfraConfig) -> None:
+    def __init__(self, config: InfraConfig, node: int = 0) -> None:
         self.config = config
+        #: 0 for the single-node engine, 1..n for a cluster's nodes
+        self.node = node
+        #: ``cassandra``/``kafka`` alone, ``cassandra2``/``kafka3`` in a cluster
+        self.name = self.kind if node == 0 else f"{self.kind}{node}"
+        self.host = config.host(node)
         self.home = config.state_dir / self.name
+        # The jars are fetched once per kind and shared by a cluster's nodes.
+        self.kind_home = config.state_dir / self.kind
         self.conf_dir = self.home / "conf"
         self.data_dir = self.home / "data"
         self.log_dir = self.home / "logs"
@@ -85,7 +92,7 @@ class _Engine:
     # -- common ---------------------------------------------------------------------
     @property
     def lib_dir(self) -> Path:
-        return self.home / f"lib-{self.version}"
+        return self.kind_home / f"lib-{self.version}"
 
     @property
     def classpath(self) -> str:
@@ -104,8 +111,8 @@ class _Engine:
         """Resolve jars with Maven into ``lib_dir`` (atomic: temp dir, then rename)."""
         if self.is_fetched():
             return
-        build = self.config.state_dir / "build" / self.name
-        staging = self.home / f".lib-{self.version}.partial"
+        build = self.config.state_dir / "build" / self.kind
+        staging = self.kind_home / f".lib-{self.version}.partial"
         shutil.rmtree(staging, ignore_errors=True)
         build.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.pom, build / "pom.xml")
@@ -147,9 +154,10 @@ class _Engine:
 
     def check_ports(self) -> None:
         for what, port in self.ports().items():
-            if port and not _port_free(HOST, port):
+            host = HOST if what == "JMX" else self.host  # local JMX binds 127.0.0.1
+            if port and not _port_free(host, port):
                 raise EngineStartError(
-                    f"{self.name}: {what} port {HOST}:{port} is already in use by another process; "
+                    f"{self.name}: {what} port {host}:{port} is already in use by another process; "
                     f"stop it or choose another port (see FANLINE_* env vars)")
 
     def launch(self) -> None:

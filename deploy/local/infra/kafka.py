@@ -13,7 +13,6 @@ import uuid
 
 from .config import (
     HERE,
-    HOST,
     KAFKA_MAIN,
     KAFKA_STORAGE_TOOL,
     InfraConfig,
@@ -25,15 +24,16 @@ from .probes import kafka_live_brokers
 
 
 class _Kafka(_Engine):
-    name = "kafka"
+    kind = "kafka"
     main_class = KAFKA_MAIN
     pom = HERE / "kafka" / "pom.xml"
 
-    def __init__(self, config: InfraConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: InfraConfig, node: int = 0) -> None:
+        super().__init__(config, node)
         self.version = config.kafka_version
         self.main_log = self.log_dir / "server.log"
-        self.cluster_id_file = self.home / "cluster.id"
+        # One KRaft cluster id for all of a cluster's brokers (formatted with it).
+        self.cluster_id_file = self.kind_home / "cluster.id"
 
     def maven_properties(self) -> dict[str, str]:
         return {"kafka.version": self.version, "log4j.version": self.config.log4j_version}
@@ -43,7 +43,7 @@ class _Kafka(_Engine):
 
     @property
     def address(self) -> str:
-        return f"{HOST}:{self.config.kafka_port}"
+        return f"{self.host}:{self.config.kafka_port}"
 
     @property
     def client_port(self) -> int:
@@ -57,6 +57,7 @@ class _Kafka(_Engine):
 
     def cluster_id(self) -> str:
         """Persistent KRaft cluster id (Kafka's Uuid format: url-safe base64, no padding)."""
+        self.cluster_id_file.parent.mkdir(parents=True, exist_ok=True)
         if self.cluster_id_file.is_file():
             return self.cluster_id_file.read_text().strip()
         while True:
@@ -69,21 +70,37 @@ class _Kafka(_Engine):
     def prepare(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        props = _render(HERE / "kafka" / "server.properties", {
-            "host": HOST, "broker_port": self.config.kafka_port,
-            "controller_port": self.config.kafka_controller_port, "data_dir": self.data_dir,
-        })
-        (self.conf_dir / "server.properties").write_text(props, encoding="utf-8")
+        (self.conf_dir / "server.properties").write_text(self.config_text(), encoding="utf-8")
         shutil.copyfile(HERE / "kafka" / "log4j2.xml", self.conf_dir / "log4j2.xml")
         if not (self.data_dir / "meta.properties").is_file():
             self._format()
+
+    def config_text(self) -> str:
+        """This broker's rendered ``server.properties``."""
+        cfg = self.config
+        values: dict[str, object] = {
+            "host": self.host, "broker_port": cfg.kafka_port,
+            "controller_port": cfg.kafka_controller_port, "data_dir": self.data_dir,
+        }
+        template = "server.properties"
+        if cfg.clustered:
+            # Static quorum: every broker is also a controller voter (combined mode).
+            template = "server-cluster.properties"
+            values["node_id"] = self.node
+            values["voters"] = ",".join(f"{i}@{cfg.host(i)}:{cfg.kafka_controller_port}"
+                                        for i in range(1, cfg.nodes + 1))
+            values["rf"] = min(3, cfg.nodes)
+            values["min_isr"] = max(1, min(3, cfg.nodes) - 1)
+        return _render(HERE / "kafka" / template, values)
 
     def _format(self) -> None:
         """Format the KRaft storage once (standalone dynamic quorum with this node as voter)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [*self._jvm_base("256M"), "-cp", self.classpath, KAFKA_STORAGE_TOOL, "format",
                "-t", self.cluster_id(), "-c", str(self.conf_dir / "server.properties"),
-               "--standalone", "--ignore-formatted"]
+               "--ignore-formatted"]
+        if not self.config.clustered:
+            cmd.append("--standalone")  # a cluster's static voters need no flag
         result = subprocess.run(cmd, cwd=self.home, capture_output=True, text=True, timeout=180)
         (self.log_dir / "format.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
@@ -95,7 +112,7 @@ class _Kafka(_Engine):
 
     def probe(self) -> bool:
         try:
-            return kafka_live_brokers(HOST, self.config.kafka_port, timeout=5.0) >= 1
+            return kafka_live_brokers(self.host, self.config.kafka_port, timeout=5.0) >= 1
         except (OSError, ConnectionError, struct.error):
             return False
 
@@ -112,4 +129,5 @@ class _Kafka(_Engine):
 
     def wipe_data(self) -> None:
         super().wipe_data()
-        self.cluster_id_file.unlink(missing_ok=True)
+        if self.node <= 1:  # the cluster id is shared: forget it once, with node 1
+            self.cluster_id_file.unlink(missing_ok=True)

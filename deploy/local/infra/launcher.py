@@ -1,7 +1,10 @@
 """``LocalInfra``: the public face of the launcher. Checks prerequisites,
 fetches, starts (reusing engines that already answer), stops, reports status
-and versions of the Cassandra + Kafka pair under an inter-process lock on
-``<state>/.lock``; builds command lines for nodetool and cassandra-stress.
+and versions of the Cassandra + Kafka pair -- or, with ``nodes > 1``
+(``FANLINE_INFRA_NODES``), of a cluster of that many Cassandra nodes and
+Kafka brokers on 127.0.0.11... -- under an inter-process lock on
+``<state>/.lock``; builds command lines for nodetool and cassandra-stress, and
+stops, kills, pauses and restarts single cluster nodes for fault tests.
 All public methods are idempotent."""
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +28,8 @@ from .engine import _Engine
 from .errors import EngineStartError, InfraError, InfraUnavailable
 from .files import _read_jvm_options
 from .kafka import _Kafka
-from .process import _wait_for
+from .probes import kafka_live_brokers
+from .process import _signal_group, _wait_for
 
 
 def _java_major(java: str) -> int:
@@ -43,8 +48,13 @@ class LocalInfra:
     def __init__(self, config: InfraConfig | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         self.config = config or InfraConfig.from_env()
-        self.cassandra = _Cassandra(self.config)
-        self.kafka = _Kafka(self.config)
+        cfg = self.config
+        numbers = range(1, cfg.nodes + 1) if cfg.clustered else range(0, 1)
+        self.cassandra_nodes = [_Cassandra(cfg, i) for i in numbers]
+        self.kafka_nodes = [_Kafka(cfg, i) for i in numbers]
+        # The single engine, or a cluster's first node (addresses, versions, tools).
+        self.cassandra = self.cassandra_nodes[0]
+        self.kafka = self.kafka_nodes[0]
         self._log = log or (lambda msg: print(f"[infra] {msg}", file=sys.stderr, flush=True))
         self._lock_depth = 0
         self._java_warned = False
@@ -60,8 +70,32 @@ class LocalInfra:
 
     @property
     def kafka_bootstrap(self) -> str:
-        """Kafka ``bootstrap.servers`` value, e.g. ``127.0.0.1:9092``."""
-        return self.kafka.address
+        """Kafka ``bootstrap.servers`` value, e.g. ``127.0.0.1:9092`` (every broker of a cluster)."""
+        return ",".join(k.address for k in self.kafka_nodes)
+
+    @property
+    def cassandra_hosts(self) -> str:
+        """``FANLINE_CASSANDRA_HOSTS`` value: every node's address, comma-separated."""
+        return ",".join(c.host for c in self.cassandra_nodes)
+
+    def settings_env(self) -> dict[str, str]:
+        """The services' settings that point them at these engines (``infra env``):
+        contact points, CQL port, bootstrap servers and, for a cluster, RF 3."""
+        env = {"FANLINE_CASSANDRA_HOSTS": self.cassandra_hosts,
+               "FANLINE_CASSANDRA_PORT": str(self.config.cassandra_port),
+               "FANLINE_KAFKA_BOOTSTRAP": self.kafka_bootstrap}
+        if self.config.clustered:
+            rf = str(min(3, self.config.nodes))
+            env.update({"FANLINE_CASSANDRA_RF": rf, "FANLINE_TOPIC_RF": rf})
+        return env
+
+    def node(self, kind: str, number: int) -> _Engine:
+        """Cluster node ``number`` (1-based) of ``kind`` (``cassandra``/``kafka``)."""
+        nodes: list[_Engine] = list(self.cassandra_nodes if kind == "cassandra" else self.kafka_nodes)
+        for engine in nodes:
+            if engine.node == number or (engine.node == 0 and number == 1):
+                return engine
+        raise InfraError(f"no {kind} node {number} (nodes={self.config.nodes})")
 
     @property
     def state_dir(self) -> Path:
@@ -95,8 +129,8 @@ class LocalInfra:
 
     # -- prerequisites / fetch -------------------------------------------------------
     def _engines(self, only: str | None = None) -> list[_Engine]:
-        engines: list[_Engine] = [self.cassandra, self.kafka]
-        return [e for e in engines if only in (None, e.name)]
+        engines: list[_Engine] = [*self.cassandra_nodes, *self.kafka_nodes]
+        return [e for e in engines if only in (None, e.kind, e.name)]
 
     def check_prerequisites(self, need_mvn: bool | None = None) -> None:
         """Raise :class:`InfraUnavailable` unless java 17+ (and mvn, if a fetch is needed) exist.
@@ -144,7 +178,7 @@ class LocalInfra:
             waiting: list[tuple[_Engine, float]] = []
             to_launch: list[_Engine] = []
             for engine in engines:
-                timeout = (self.config.cassandra_start_timeout if engine is self.cassandra
+                timeout = (self.config.cassandra_start_timeout if engine.kind == "cassandra"
                            else self.config.kafka_start_timeout)
                 if engine.running():
                     if engine.ready():
@@ -161,6 +195,8 @@ class LocalInfra:
                     self._log(f"starting {engine.name} {engine.version} on {engine.address}")
                     engine.launch()
                 self._await(waiting)
+                if any(e.kind == "kafka" for e in engines):
+                    self._await_brokers()
             except (EngineStartError, OSError, subprocess.SubprocessError):
                 for engine, _ in waiting:
                     with contextlib.suppress(InfraError):
@@ -195,35 +231,79 @@ class LocalInfra:
         if not _wait_for(poll, longest, interval=0.5, abort=abort):
             raise EngineStartError(abort() or "timed out waiting for engines")
 
+    def _await_brokers(self) -> None:
+        """Wait until every running broker of a cluster is registered (unfenced):
+        a broker answers before the controller has admitted it."""
+        if not self.config.clustered:
+            return
+        want = sum(1 for k in self.kafka_nodes if k.running())
+
+        def all_live() -> bool:
+            for k in self.kafka_nodes:
+                try:
+                    return kafka_live_brokers(k.host, self.config.kafka_port, timeout=5.0) >= want
+                except (OSError, ConnectionError, ValueError):
+                    continue
+            return False
+
+        if not _wait_for(all_live, self.config.kafka_start_timeout, interval=0.5):
+            raise EngineStartError(f"kafka: fewer than {want} live brokers after "
+                                   f"{self.config.kafka_start_timeout:.0f}s")
+
     def start(self, fresh: bool = False) -> None:
-        """Fetch if needed and start both engines (reusing any that already answer)."""
-        self._start([self.cassandra, self.kafka], fresh=fresh)
+        """Fetch if needed and start all engines (reusing any that already answer)."""
+        self._start(self._engines(), fresh=fresh)
 
     def start_cassandra(self, fresh: bool = False) -> None:
-        """Start (or reuse) Cassandra only."""
-        self._start([self.cassandra], fresh=fresh)
+        """Start (or reuse) Cassandra only (every node of a cluster)."""
+        self._start(self._engines("cassandra"), fresh=fresh)
 
     def start_kafka(self, fresh: bool = False) -> None:
         """Start (or reuse) Kafka only. Existing topics/messages are kept unless ``fresh``."""
-        self._start([self.kafka], fresh=fresh)
+        self._start(self._engines("kafka"), fresh=fresh)
 
-    def stop(self) -> None:
-        """Stop both engines (signalled together, then awaited); leaves no process behind."""
+    def _stop_all(self, engines: list[_Engine]) -> None:
         with self._locked():
-            pending = [(engine, engine.request_stop()) for engine in (self.kafka, self.cassandra)]
+            pending = [(engine, engine.request_stop()) for engine in engines]
             for engine, pids in pending:
                 engine.wait_stopped(pids, self.config.stop_timeout)
                 if pids:
                     self._log(f"{engine.name} stopped")
 
+    def stop(self) -> None:
+        """Stop all engines (signalled together, then awaited); leaves no process behind."""
+        self._stop_all([*self.kafka_nodes, *self.cassandra_nodes])
+
     def stop_cassandra(self) -> None:
-        with self._locked():
-            self.cassandra.stop(self.config.stop_timeout)
+        self._stop_all(list(self.cassandra_nodes))
 
     def stop_kafka(self) -> None:
         """Stop Kafka only (cleanly, so its data is intact for the next :meth:`start_kafka`)."""
+        self._stop_all(list(self.kafka_nodes))
+
+    # -- single nodes (fault injection) -----------------------------------------------
+    def start_node(self, kind: str, number: int) -> float:
+        """Start (or reuse) one node; returns the seconds it took to answer."""
+        engine = self.node(kind, number)
+        self._start([engine])
+        return self.startup_seconds.get(engine.name, 0.0)
+
+    def stop_node(self, kind: str, number: int) -> None:
+        """Stop one node cleanly (SIGTERM: Cassandra drains, a broker hands over leadership)."""
         with self._locked():
-            self.kafka.stop(self.config.stop_timeout)
+            self.node(kind, number).stop(self.config.stop_timeout)
+
+    def signal_node(self, kind: str, number: int, sig: int = signal.SIGKILL) -> int:
+        """Send ``sig`` to one node's process group (SIGKILL: a crash; SIGSTOP/SIGCONT:
+        a pause, e.g. a long GC or a frozen VM). Returns the pid; raises if not running."""
+        engine = self.node(kind, number)
+        pid = engine.pid()
+        if pid is None:
+            raise InfraError(f"{engine.name} is not running")
+        _signal_group(pid, sig)
+        if sig == signal.SIGKILL:
+            engine.wait_stopped({pid}, 15.0)
+        return pid
 
     def is_running(self) -> bool:
         """True if both engines are running *and* answering on their protocols."""
@@ -235,7 +315,8 @@ class LocalInfra:
         for engine in self._engines():
             pid = engine.pid()
             answering = pid is not None and engine.ready()
-            out[engine.name] = {"pid": pid, "running": pid is not None, "answering": answering,
+            out[engine.name] = {"kind": engine.kind, "pid": pid, "running": pid is not None,
+                                "answering": answering,
                                 "address": engine.address, "configured_version": engine.version}
         return out
 
@@ -260,13 +341,15 @@ class LocalInfra:
         self.fetch(only="cassandra")
         return self.cassandra.classpath
 
-    def nodetool_command(self, *args: str) -> list[str]:
-        """Command line for ``nodetool`` against the local node (needs the JMX port)."""
+    def nodetool_command(self, *args: str, node: int = 1) -> list[str]:
+        """Command line for ``nodetool`` against the local node (a cluster's node ``node``;
+        needs the JMX port)."""
         if not self.config.cassandra_jmx_port:
             raise InfraUnavailable("nodetool needs JMX; FANLINE_CASSANDRA_JMX_PORT is 0")
+        engine = self.node("cassandra", node)
         return [self.config.java, "-Xmx128M", *self._tool_jvm_flags(),
                 "-cp", self.tools_classpath(), NODETOOL_MAIN,
-                "-h", HOST, "-p", str(self.config.cassandra_jmx_port), *args]
+                "-h", HOST, "-p", str(self.config.jmx_port(engine.node)), *args]
 
     def stress_classpath(self) -> str:
         """Classpath for cassandra-stress: a user-supplied ``stress.jar`` + cassandra-all deps.

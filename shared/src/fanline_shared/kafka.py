@@ -28,6 +28,7 @@ from .errors import Unavailable
 log = logging.getLogger(__name__)
 
 CIRCUIT_OPEN_S = 2.0
+CLUSTER_GAUGES_EVERY_S = 5.0
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
@@ -46,7 +47,8 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
                   settings.chunks_topic: settings.partitions}
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor)
+            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor,
+                     topic_configs=topic_configs(settings.replication_factor))
             for name, n in wanted.items()
             if name not in existing
         ]
@@ -67,6 +69,17 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
         raise Unavailable(f"kafka error while creating topics: {exc!r}") from None
     finally:
         await _quiet_close(admin)
+
+
+def topic_configs(replication_factor: int) -> dict[str, str]:
+    """Per-topic settings: ``min.insync.replicas`` one less than the replication
+    factor (2 of 3), so with ``acks=all`` an acknowledged event is on two
+    brokers and losing any one broker neither loses it nor stops producing.
+    Set on the topic rather than left to the broker default (1 unless an
+    operator changed it), which would acknowledge writes held by one broker."""
+    if replication_factor < 2:
+        return {}
+    return {"min.insync.replicas": str(replication_factor - 1)}
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
@@ -103,6 +116,7 @@ class EventPublisher:
         # circuit breaker) so requests do not each wait out a connect timeout
         # while Kafka is down; the relay keeps trying meanwhile.
         self._retry_at = 0.0
+        self._gauges_at = 0.0
 
     async def _ensure(self) -> AIOKafkaProducer:
         if self._producer is not None:
@@ -145,7 +159,32 @@ class EventPublisher:
             await self._reset()
             return False
         metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
+        self._observe_cluster(producer)
         return True
+
+    def _observe_cluster(self, producer: AIOKafkaProducer) -> None:
+        """Export the brokers' health as this producer's metadata has it (at most
+        every ``CLUSTER_GAUGES_EVERY_S``): live brokers, events-topic partitions
+        led per broker, and partitions under-replicated or without a leader.
+        The metadata refreshes on any produce error and every 5 minutes."""
+        now = time.monotonic()
+        if now < self._gauges_at:
+            return
+        self._gauges_at = now + CLUSTER_GAUGES_EVERY_S
+        cluster = producer.client.cluster
+        brokers = {b.nodeId for b in cluster.brokers()}
+        metrics.KAFKA_BROKERS_LIVE.set(len(brokers))
+        partitions: dict[int, Any] = getattr(cluster, "_partitions", {}).get(self._settings.events_topic, {})
+        led = dict.fromkeys(brokers, 0)
+        under = 0
+        for meta in partitions.values():
+            if meta.leader in led:
+                led[meta.leader] += 1
+            if meta.leader < 0 or len(meta.isr) < len(meta.replicas):
+                under += 1
+        for broker, count in led.items():
+            metrics.KAFKA_PARTITION_LEADERS.labels(str(broker)).set(count)
+        metrics.KAFKA_UNDER_REPLICATED.set(under)
 
     async def publish_many(self, events: list[OutboxEvent]) -> list[OutboxEvent]:
         """Send a batch; return the events the broker acknowledged."""
@@ -175,6 +214,8 @@ class EventPublisher:
                 self._last_error = repr(exc)
         if len(done) < len(events):
             await self._reset()
+        elif done:
+            self._observe_cluster(producer)
         return done
 
     async def ping(self) -> None:

@@ -122,6 +122,25 @@ KAFKA_PRODUCE_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
+# --- cluster nodes, as the clients see them (docs/operations.md, "Cluster nodes") ----
+# No Cassandra or Kafka exporter is needed for these: the driver's and the
+# producer's own view of the nodes, refreshed by their metadata.
+CASSANDRA_NODE_UP = Gauge(
+    "fanline_cassandra_node_up", "Cassandra node up (1) or down (0), as this process's driver sees it", ["node"],
+    multiprocess_mode="livemin",
+)
+KAFKA_BROKERS_LIVE = Gauge(
+    "fanline_kafka_brokers_live", "Live brokers in the producer's cluster metadata", multiprocess_mode="livemin",
+)
+KAFKA_PARTITION_LEADERS = Gauge(
+    "fanline_kafka_partition_leaders", "Events-topic partitions each broker leads (producer metadata)", ["broker"],
+    multiprocess_mode="livemax",
+)
+KAFKA_UNDER_REPLICATED = Gauge(
+    "fanline_kafka_partitions_under_replicated",
+    "Events-topic partitions with fewer in-sync replicas than replicas, or no leader (producer metadata)",
+    multiprocess_mode="livemax",
+)
 TWEET_CACHE_LOOKUPS = Counter(
     "fanline_tweet_cache_lookups_total", "Tweets looked up in tweet-store's hydration cache, by result", ["result"]
 )

@@ -22,11 +22,11 @@ from typing import Any
 from cassandra import ConsistencyLevel, DriverException, ProtocolVersion
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.connection import ProtocolVersionUnsupported
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, HostStateListener, TokenAwarePolicy
 from cassandra.query import PreparedStatement
 from cassandra.query import _clean_column_name as _clean_name
 
-from .. import policies
+from .. import metrics, policies
 from ..config import StorageSettings
 from ..errors import Unavailable
 
@@ -119,7 +119,9 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
             control_connection_timeout=settings.request_timeout_s,
             **kwargs,
         )
-        return cluster.connect()
+        session = cluster.connect()
+        _NodeGauge.watch(cluster)
+        return session
     except Exception as exc:
         if cluster is not None:
             cluster.shutdown()
@@ -131,6 +133,30 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
         if isinstance(exc, (NoHostAvailable, DriverException, OSError)):
             raise Unavailable(f"cassandra unreachable at {_contact(settings)}: {exc}") from exc
         raise
+
+
+class _NodeGauge(HostStateListener):  # type: ignore[misc]
+    """Keeps ``fanline_cassandra_node_up{node}`` at 1/0 as the driver marks
+    nodes up and down (its control connection and pools notice within
+    seconds), so the dashboards show each node's health without an exporter."""
+
+    @classmethod
+    def watch(cls, cluster: Cluster) -> None:
+        for host in cluster.metadata.all_hosts():
+            metrics.CASSANDRA_NODE_UP.labels(host.address).set(1 if host.is_up is not False else 0)
+        cluster.register_listener(cls())
+
+    def on_up(self, host: Any) -> None:
+        metrics.CASSANDRA_NODE_UP.labels(host.address).set(1)
+
+    def on_down(self, host: Any) -> None:
+        metrics.CASSANDRA_NODE_UP.labels(host.address).set(0)
+
+    def on_add(self, host: Any) -> None:
+        metrics.CASSANDRA_NODE_UP.labels(host.address).set(1 if host.is_up is not False else 0)
+
+    def on_remove(self, host: Any) -> None:
+        metrics.CASSANDRA_NODE_UP.remove(host.address)
 
 
 def _contact(settings: StorageSettings) -> str:

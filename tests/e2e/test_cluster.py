@@ -1,0 +1,274 @@
+"""The loss of any one node of the three-node cluster is survived (issue #17).
+
+Real engines: three Cassandra nodes and three Kafka brokers
+(``deploy/local/infra`` with ``nodes=3``), keyspaces at RF 3 (LOCAL_QUORUM
+reads and writes, LOCAL_SERIAL lightweight transactions), topics at RF 3 with
+``min.insync.replicas=2``, the producer idempotent with ``acks=all``. Each
+test runs steady posting, reads and fan-out through the public API
+(``cluster.Load``), injects one fault, restores the node, and checks that
+nothing acknowledged was lost or duplicated (``cluster.verify``); every test
+adds a row to the table printed at the end of the session and kept in
+``docs/reliability.md``.
+
+Run alone with ``pytest -m cluster`` (hold ``flock /tmp/fanline-engines.lock``
+on a shared machine). Timings are set for a 2-core machine; see
+docs/reliability.md for what was measured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from system import System
+
+from .client import PASSWORD, Api, eventually
+from .cluster import (
+    Load,
+    Survived,
+    active_controller,
+    group_lag,
+    partition_leaders,
+    record,
+    setup_users,
+    topic_replication,
+    verify,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.real_infra, pytest.mark.e2e, pytest.mark.slow]
+
+# How long each fault lasts under load (seconds); FANLINE_CLUSTER_FAULT_S shortens/lengthens.
+FAULT_S = float(os.environ.get("FANLINE_CLUSTER_FAULT_S", "20"))
+PAUSE_S = float(os.environ.get("FANLINE_CLUSTER_PAUSE_S", "30"))
+WARMUP_S = 5.0
+
+
+@pytest.fixture
+def api(cluster_system: System) -> Iterator[Api]:
+    client = Api(cluster_system.url())
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def infra(cluster_infra: Any) -> Iterator[Any]:
+    """The cluster's launcher; after each test every node is running again."""
+    control = cluster_infra.control
+    yield control
+    for engine in [*control.cassandra_nodes, *control.kafka_nodes]:
+        pid = engine.pid()
+        if pid is not None:
+            os.killpg(os.getpgid(pid), signal.SIGCONT)
+    control.start()
+
+
+def nodetool(infra: Any, node: int, *args: str, timeout: float = 180) -> str:
+    out = subprocess.run(infra.nodetool_command(*args, node=node), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def all_up(infra: Any, node: int = 1) -> bool:
+    """True once nodetool on ``node`` sees three nodes Up/Normal."""
+    try:
+        status = nodetool(infra, node, "status", timeout=60)
+    except AssertionError:
+        return False
+    return sum(1 for line in status.splitlines() if line.startswith("UN ")) == 3
+
+
+def tweet_keyspace(system: System) -> str:
+    return f"{system.extra_env['FANLINE_KEYSPACE_PREFIX']}_tweet_store"
+
+
+def bring_back(infra: Any, system: System, node: int) -> str:
+    """After a Cassandra node returns: wait for the others' hints to it to be
+    delivered, then repair the tweet keyspace on it (a SIGKILL loses up to
+    ``commitlog_sync_period`` of writes it had acknowledged, which hints do not
+    cover). Returns how the node was brought back."""
+    eventually(lambda: all_up(infra, node), timeout=120, interval=3, what="all nodes UN")
+    host_id = next(line.split()[-2] for line in nodetool(infra, node, "status").splitlines()
+                   if line.startswith("UN ") and line.split()[1] == infra.node("cassandra", node).host)
+    others = [n for n in (1, 2, 3) if n != node]
+
+    def hints_delivered() -> bool:
+        return all(host_id not in nodetool(infra, n, "listpendinghints") for n in others)
+
+    how = "hints"
+    try:
+        eventually(hints_delivered, timeout=60, interval=5, what="hints delivered")
+    except AssertionError:
+        how = "hints (some pending)"
+    nodetool(infra, node, "repair", "-full", tweet_keyspace(system), timeout=300)
+    return f"{how} + repair"
+
+
+def run_fault(system: System, api: Api, fault: Any, name: str, after: Any = None,
+              posters: int = 3, readers: int = 2) -> Load:
+    """Load, ``fault()`` (returns a note), verify, ``after()`` (returns a note), record a row."""
+    ps, rs = setup_users(api, posters, readers)
+    load = Load(system.url(), ps, rs).start()
+    started = time.monotonic()
+    try:
+        time.sleep(WARMUP_S)
+        extra = fault()
+        time.sleep(WARMUP_S)
+    finally:
+        load.stop()
+    duration = time.monotonic() - started
+    lost, duplicated = verify(api, load)
+    later = after() if after is not None else ""
+    row = Survived(name, duration, load.sent, load.failed, load.retried, len(load.acked), lost, duplicated,
+                   "; ".join(x for x in (extra, later) if x))
+    record(row)
+    print(f"\n{row}\nfirst errors: {load.errors[:10]}")
+    assert len(load.acked) > 20, "the load never got going"
+    assert (lost, duplicated, load.failed) == (0, 0, 0), (row, load.errors[:20])
+    return load
+
+
+def test_cluster_is_replicated(cluster_system: System, cluster_infra: Any, api: Api) -> None:
+    """The system really runs on the cluster: keyspaces at RF 3, topics at RF 3
+    with min.insync.replicas 2, three live brokers and three Cassandra nodes."""
+    env = cluster_system.extra_env
+    assert env["FANLINE_CASSANDRA_RF"] == "3" and env["FANLINE_TOPIC_RF"] == "3"
+    replicas, min_isr = topic_replication(cluster_infra.kafka_bootstrap, env["FANLINE_EVENTS_TOPIC"])
+    assert (replicas, min_isr) == (3, "2")
+    infra = cluster_infra.control
+    described = nodetool(infra, 1, "describering", tweet_keyspace(cluster_system))
+    ranges = re.findall(r"(?<![a-z_])endpoints:\[([^\]]*)\]", described)
+    assert len(ranges) == 3, described  # one token per node
+    assert all(len(r.split(",")) == 3 for r in ranges), described  # each range on all three
+
+
+def test_cassandra_node_killed(cluster_system: System, api: Api, infra: Any) -> None:
+    """SIGKILL one Cassandra node (the first contact point) under load, restart it."""
+    def fault() -> str:
+        infra.signal_node("cassandra", 1, signal.SIGKILL)
+        time.sleep(FAULT_S)
+        secs = infra.start_node("cassandra", 1)
+        return f"restarted in {secs:.0f} s"
+
+    run_fault(cluster_system, api, fault, f"Cassandra node SIGKILLed for {FAULT_S:.0f} s, restarted",
+              after=lambda: "brought back by " + bring_back(infra, cluster_system, 1))
+
+
+def test_cassandra_node_paused(cluster_system: System, api: Api, infra: Any) -> None:
+    """SIGSTOP one Cassandra node for 30 s (a long GC pause, a frozen VM), then SIGCONT."""
+    def fault() -> str:
+        infra.signal_node("cassandra", 2, signal.SIGSTOP)
+        time.sleep(PAUSE_S)
+        infra.signal_node("cassandra", 2, signal.SIGCONT)
+        return ""
+
+    run_fault(cluster_system, api, fault, f"Cassandra node paused (SIGSTOP) {PAUSE_S:.0f} s",
+              after=lambda: "brought back by " + bring_back(infra, cluster_system, 2))
+
+
+def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infra: Any, api: Api,
+                                            infra: Any) -> None:
+    """SIGKILL the broker that is the active KRaft controller and leads events
+    partitions; every acknowledged event is consumed once in effect, the group
+    is Stable again with lag 0."""
+    env = cluster_system.extra_env
+    topic, group = env["FANLINE_EVENTS_TOPIC"], env["FANLINE_WORKER_GROUP"]
+    bootstrap = cluster_infra.kafka_bootstrap
+
+    def fault() -> str:
+        controller = active_controller(infra.kafka_nodes)
+        leaders = partition_leaders(bootstrap, topic)
+        victim = controller if controller in leaders.values() else max(set(leaders.values()),
+                                                                      key=list(leaders.values()).count)
+        led = sorted(p for p, b in leaders.items() if b == victim)
+        infra.signal_node("kafka", victim, signal.SIGKILL)
+        time.sleep(FAULT_S)
+        new_controller = active_controller([k for k in infra.kafka_nodes if k.node != victim])
+        secs = infra.start_node("kafka", victim)
+        return (f"broker {victim} (controller: {victim == controller}, led partitions {led}); "
+                f"new controller {new_controller}; restarted in {secs:.0f} s")
+
+    run_fault(cluster_system, api, fault, f"Kafka broker SIGKILLed for {FAULT_S:.0f} s, restarted")
+    eventually(lambda: group_lag(bootstrap, group, topic) == (0, "Stable"), timeout=120, interval=2,
+               what="consumer group Stable with lag 0")
+
+
+def test_rolling_restart(cluster_system: System, api: Api, infra: Any) -> None:
+    """Restart (SIGTERM, start) every Cassandra node, then every broker, one at a time, under load."""
+    def fault() -> str:
+        took = []
+        for kind in ("cassandra", "kafka"):
+            for n in (1, 2, 3):
+                t0 = time.monotonic()
+                infra.stop_node(kind, n)
+                infra.start_node(kind, n)
+                if kind == "cassandra":
+                    peer = 3 if n != 3 else 1
+                    eventually(lambda peer=peer: all_up(infra, peer), timeout=120, interval=2,  # type: ignore[misc]
+                               what="all nodes UN")
+                took.append(time.monotonic() - t0)
+        return f"6 restarts, {min(took):.0f}-{max(took):.0f} s each"
+
+    run_fault(cluster_system, api, fault, "rolling restart: 3 Cassandra nodes, then 3 brokers")
+
+
+def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra: Any) -> None:
+    """One user per name, one tweet per Idempotency-Key, under concurrency,
+    while one Cassandra node is down (LOCAL_SERIAL needs 2 of 3)."""
+    url = cluster_system.url()
+    name, token = api.user("lwt")
+    infra.signal_node("cassandra", 3, signal.SIGKILL)
+    sent = failed = retried = 0
+    started = time.monotonic()
+    try:
+        rounds = 5
+        contenders = 6
+        for _ in range(rounds):
+            wanted = api.unique_name("n")
+            key = f"k-{wanted}"
+            results: list[tuple[str, int, str]] = []
+
+            def one(kind: str, wanted: str = wanted, key: str = key,
+                    results: list[tuple[str, int, str]] = results) -> None:
+                nonlocal sent, retried
+                with httpx.Client(base_url=url, timeout=30) as c:
+                    for _ in range(20):
+                        sent += 1
+                        if kind == "signup":
+                            r = c.post("/v1/users", json={"username": wanted, "password": PASSWORD})
+                        else:
+                            r = c.post("/v1/tweets", json={"body": f"once {key}"},
+                                       headers={"Idempotency-Key": key, "Authorization": f"Bearer {token}"})
+                        if r.status_code < 500:
+                            results.append((kind, r.status_code, r.json().get("id", "") if r.status_code < 300 else ""))
+                            return
+                        retried += 1
+                        time.sleep(0.5)
+
+            threads = [threading.Thread(target=one, args=(k,)) for k in ("signup", "tweet") for _ in range(contenders)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            signups = sorted(code for kind, code, _ in results if kind == "signup")
+            tweets = [(code, tid) for kind, code, tid in results if kind == "tweet"]
+            failed += 2 * contenders - len(results)
+            assert signups == [201] + [409] * (contenders - 1), signups
+            assert len(tweets) == contenders and len({tid for _, tid in tweets}) == 1, tweets
+            assert sorted(code for code, _ in tweets)[-1] == 201 or all(c == 200 for c, _ in tweets), tweets
+            userline = [t for t in api.all_items(f"/v1/users/{name}/tweets") if t["body"] == f"once {key}"]
+            assert len(userline) == 1, userline
+    finally:
+        infra.start_node("cassandra", 3)
+    record(Survived("LWT races (6 sign-ups of one name, 6 posts of one key) x 5, Cassandra node down",
+                    time.monotonic() - started, sent, failed, retried, 2 * 5, 0, 0,
+                    "exactly one 201 per name; one tweet per key"))
+    assert failed == 0
