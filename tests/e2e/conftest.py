@@ -36,6 +36,8 @@ FAST_ENV = {
     "FANLINE_RELAY_STALE_AFTER_MS": "1500",
     "FANLINE_RELAY_INTERVAL_S": "0.5",
     "FANLINE_LOG_LEVEL": "INFO",
+    # Live streams: a heartbeat every second, so tests see one quickly.
+    "FANLINE_STREAM_HEARTBEAT_S": "1",
 }
 
 
