@@ -80,7 +80,7 @@ def test_a_follower_gets_the_update_within_2_s_and_the_delete(api: Api, streams:
 
 
 def test_only_followed_authors_reach_a_home_stream(api: Api, streams: Streams) -> None:
-    stranger, stranger_token = api.user("ls")
+    _, stranger_token = api.user("ls")
     fan, fan_token = api.user("lf")
     friend, friend_token = api.user("lq")
     api.follow(fan_token, fan, friend)
@@ -119,7 +119,7 @@ def test_a_home_stream_needs_a_valid_token(api: Api, streams: Streams, auth: str
 
 
 def test_the_web_session_cookie_opens_a_home_stream(api: Api, streams: Streams) -> None:
-    author, token = api.user("lc")
+    _, token = api.user("lc")
     stream = streams.open(cookies={"fanline_session": token})
     assert stream.status == 200, stream.body
     tweet = api.post(token, "via the cookie")
