@@ -53,7 +53,12 @@ async def stream_user(request: Request) -> str:
 
 
 def last_event_id(request: Request) -> str | None:
+    """``Last-Event-ID``, else the ``last_event_id`` query parameter: a browser's
+    EventSource cannot set headers on its first request, and the web pages
+    resume from the newest tweet they show (its reconnects send the header)."""
     raw = request.headers.get("last-event-id")
+    if raw is None:
+        raw = request.query_params.get("last_event_id")
     if raw is None or raw.strip() == "":
         return None
     raw = raw.strip()
