@@ -53,6 +53,11 @@ class Plan:
     readers: int
     profile_s: int
     drain_timeout_s: float
+    # live streams (phases/streams.py): concurrent home streams on one gateway
+    streams: int = 1000
+    stream_rate: float = 5.0
+    stream_duration_s: float = 60.0
+    stream_idle_s: float = 30.0
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
@@ -61,7 +66,8 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              backlog_authors=8, backlog_followers=2000, backlog_tweets=16, tune_rows=4000,
              tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
              lag_duration_s=16, lag_sweep_rates=(2.0,), lag_sweep_duration_s=8, read_rate=20, read_block_s=3,
-             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600)
+             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600, streams=100,
+             stream_duration_s=10, stream_idle_s=16)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,

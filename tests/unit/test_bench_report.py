@@ -28,6 +28,9 @@ ISSUE_KEYS = {
     "timeline_read_ms": {"api": {"p50": None, "p99": None}, "raw": {"p50": None, "p99": None}, "rate_per_s": None},
     "scaling_rows_per_s": {"1": None, "2": None, "4": None, "cores": None},
     "peak_rss_mb": {"api": None, "social-graph": None, "tweet-store": None, "fanout-worker": None},
+    # issue 16
+    "streams": {"streams": None, "rate_per_s": None, "update_latency_ms": {"p50": None, "p99": None},
+                "kib_per_idle_stream": None, "idle_heartbeat_cpu_percent": None},
 }
 
 
@@ -52,6 +55,8 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
     doc["timeline_read_ms"] = {"api": {"p50": 9.0, "p99": 30.0}, "raw": {"p50": 4.0, "p99": 10.0}, "rate_per_s": 50}
     doc["scaling_rows_per_s"] = {"1": 8000.0, "2": 9000.0, "4": 9500.0, "cores": 2}
     doc["peak_rss_mb"] = {"api": 60.0, "social-graph": 70.0, "tweet-store": 80.0, "fanout-worker": 90.0}
+    doc["streams"] = {"streams": 1000, "rate_per_s": 5.0, "update_latency_ms": {"p50": 120.0, "p99": 1500.0},
+                      "kib_per_idle_stream": 30.0, "idle_heartbeat_cpu_percent": 1.5}
     doc["details"] = {
         "mode": "quick", "started_at": "2026-11-22 03:00 UTC", "duration_s": 123.0,
         "delivery_lag": {"samples_ms": [300.0, 400.0, 450.0, 2500.0], "tweets": 4, "summary": {"max": 2500.0}},
@@ -101,6 +106,8 @@ def test_writer_refuses_a_document_missing_a_key(tmp_path: Path) -> None:
         ("worker_vs_driver", True),  # 8000 >= 7000
         ("read_vs_raw", False),  # 9 > 2 * 4
         ("lag_p99", False),  # 2500 > 2000
+        ("stream_p99", False),  # 1500 > 1000
+        ("stream_memory", True),  # 30 <= 50
     ],
 )
 def test_targets_are_judged_from_the_same_document(key: str, expected: bool) -> None:
@@ -120,7 +127,8 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
     md = report.render_markdown(fake_result(), {"post_latency": "benchmarks/post_latency.png"})
     assert md.startswith("# Benchmarks")
     for heading in ("## Targets", "## 1. Post latency vs followers", "## 2. Fan-out throughput",
-                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 6. Memory", "## Profile (py-spy)"):
+                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 5b. Live streams", "## 6. Memory",
+                    "## Profile (py-spy)"):
         assert heading in md
     assert "![post latency vs followers](benchmarks/post_latency.png)" in md
     assert "**FAIL**" in md and "**pass**" in md
