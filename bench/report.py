@@ -323,9 +323,10 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         f"{fmt(deliveries.get('received'))} / {fmt(deliveries.get('expected'))}",
         fmt(st.get("kib_per_idle_stream"), 1), fmt(st.get("idle_heartbeat_cpu_percent"), 2)]]))
     add("")
-    if sd.get("method"):
-        add(str(sd["method"]))
-        add("")
+    for key in ("not_measured", "method"):
+        if sd.get(key):
+            add(str(sd[key]))
+            add("")
 
     # 6. Memory
     add("## 6. Memory: peak RSS per service")

@@ -66,3 +66,11 @@ def test_a_since_id_of_an_unknown_tweet_still_bounds_by_time(api: Api) -> None:
     new = api.post(token, "after the bound")["id"]
     items = [t["id"] for t in api.page(f"/v1/users/{author}/tweets", None, since_id=bound)["items"]]
     assert items == [new] and old not in items
+
+
+def test_openapi_describes_since_id_and_the_streams(api: Api) -> None:
+    paths = api.page("/openapi.json")["paths"]
+    for p in ("/v1/timeline", "/v1/users/{username}/tweets", "/v1/public"):
+        assert "since_id" in {param["name"] for param in paths[p]["get"]["parameters"]}, p
+    assert "429" in paths["/v1/streaming/home"]["get"]["responses"]
+    assert "text/event-stream" in paths["/v1/streaming/public"]["get"]["responses"]["200"]["content"]

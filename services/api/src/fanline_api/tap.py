@@ -49,7 +49,6 @@ class EventTap:
     async def _run(self) -> None:
         while True:
             consumer = AIOKafkaConsumer(
-                self._kafka.events_topic,
                 bootstrap_servers=self._kafka.bootstrap,
                 group_id=None,  # no group: every partition, on every replica
                 enable_auto_commit=False,
@@ -60,6 +59,8 @@ class EventTap:
             )
             try:
                 await consumer.start()
+                await self._wait_for_topic(consumer)
+                consumer.subscribe([self._kafka.events_topic])
                 await self._consume(consumer)
             except asyncio.CancelledError:
                 raise
@@ -72,6 +73,15 @@ class EventTap:
                     await consumer.stop()
             self.ready.clear()
             await asyncio.sleep(RETRY_S)
+
+    async def _wait_for_topic(self, consumer: AIOKafkaConsumer) -> None:
+        """Subscribe only once the topic exists: a consumer's metadata request
+        for a missing topic lets the broker auto-create it (aiokafka asks
+        with allow_auto_topic_creation), with the broker's default partition
+        count instead of FANLINE_TOPIC_PARTITIONS. Listing all topics never
+        creates one."""
+        while self._kafka.events_topic not in await consumer.topics():
+            await asyncio.sleep(RETRY_S / 4)
 
     async def _consume(self, consumer: AIOKafkaConsumer) -> None:
         while True:
