@@ -145,7 +145,8 @@ def test_a_fifth_stream_is_429_until_one_closes(api: Api, streams: Streams) -> N
     assert again.status == 200, "a closed stream's slot was not freed"
 
 
-def test_last_event_id_replays_what_was_missed_then_goes_live(api: Api, streams: Streams) -> None:
+@pytest.mark.parametrize("how", ["header", "query"])
+def test_last_event_id_replays_what_was_missed_then_goes_live(api: Api, streams: Streams, how: str) -> None:
     author, author_token = api.user("lr")
     fan, fan_token = api.user("lf")
     api.follow(fan_token, fan, author)
@@ -155,7 +156,10 @@ def test_last_event_id_replays_what_was_missed_then_goes_live(api: Api, streams:
     deadline = time.monotonic() + 20
     while missed[-1] not in api.home_ids(fan_token) and time.monotonic() < deadline:
         time.sleep(0.1)
-    stream = streams.open(token=fan_token, last_event_id=first)
+    if how == "header":
+        stream = streams.open(token=fan_token, last_event_id=first)
+    else:  # what the web pages' EventSource sends on its first request
+        stream = streams.open(f"/v1/streaming/home?last_event_id={first}", token=fan_token)
     assert stream.status == 200, stream.body
     live = api.post(author_token, "live again")["id"]
     stream.wait("update", live)
@@ -166,10 +170,21 @@ def test_last_event_id_replays_what_was_missed_then_goes_live(api: Api, streams:
 def test_a_malformed_last_event_id_is_422(api: Api, streams: Streams) -> None:
     _, token = api.user("lm")
     for path, tok in (("/v1/streaming/home", token), ("/v1/streaming/public", None)):
-        r = httpx.get(streams.base_url + path, timeout=10,
-                      headers={"Last-Event-ID": "nope", **({"Authorization": f"Bearer {tok}"} if tok else {})})
+        auth = {"Authorization": f"Bearer {tok}"} if tok else {}
+        r = httpx.get(streams.base_url + path, timeout=10, headers={"Last-Event-ID": "nope", **auth})
         assert r.status_code == 422
         assert r.json()["error"]["code"] == "invalid_last_event_id"
+        r = httpx.get(streams.base_url + path + "?last_event_id=nope", timeout=10, headers=auth)
+        assert r.status_code == 422
+
+
+def test_the_public_stream_resumes_too(api: Api, streams: Streams) -> None:
+    _, token = api.user("lp")
+    first = api.post(token, "public one")["id"]
+    second = api.post(token, "public two")["id"]
+    stream = streams.open("/v1/streaming/public", last_event_id=first)
+    assert stream.wait("update", second).json()["body"] == "public two"
+    assert first not in stream.updates()
 
 
 def test_unfollow_deletes_the_authors_tweets_and_follow_brings_new_ones(api: Api, streams: Streams) -> None:
