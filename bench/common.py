@@ -73,6 +73,11 @@ class Plan:
     scale_tweets: int
     scale_delay_ms: float
     scale_counts: tuple[int, ...]
+    # live streams (phases/streams.py): concurrent home streams on one gateway
+    streams: int = 1000
+    stream_rate: float = 5.0
+    stream_duration_s: float = 60.0
+    stream_idle_s: float = 30.0
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
@@ -85,7 +90,7 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              celebrity_counts=(1000, 10_000, 50_000), celebrity_posts=3, celebrity_gap_s=1.0, ordinary_authors=10,
              ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=8, read_large_counts=(0, 10, 100),
              read_large_threshold=100, read_large_readers=4, scale_tweets=24, scale_delay_ms=5.0,
-             scale_counts=(1, 2, 4, 1))
+             scale_counts=(1, 2, 4, 1), streams=100, stream_duration_s=10, stream_idle_s=16)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,

@@ -37,9 +37,9 @@ class BenchSystem(System):
     env_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     replica_ports: dict[str, int] = field(default_factory=dict)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
-        env = {**self.env(), **self.env_overrides.get(name, {})}
+        env = {**self.env(), **self.env_overrides.get(name, {}), **(env or {})}
         self.procs[name] = subprocess.Popen(
             argv, env=env, cwd=self.data_dir, stdout=out, stderr=subprocess.STDOUT if out else None,
             preexec_fn=_system._die_with_parent,

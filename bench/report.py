@@ -281,6 +281,24 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         add(str(rdd["method"]))
     add("")
 
+    # 5b. Live streams
+    add("## 5b. Live streams: update latency and the cost of idle streams")
+    add("")
+    st = doc.get("streams") or {}
+    sd = d.get("streams") or {}
+    lat = st.get("update_latency_ms") or {}
+    deliveries = sd.get("deliveries") or {}
+    add(_table(["home streams", "posts/s", "update p50 (ms)", "update p99 (ms)", "deliveries (received / expected)",
+                "KiB per idle stream", "CPU of idle heartbeats (% of a core)"], [[
+        fmt(st.get("streams")), fmt(st.get("rate_per_s"), 1), fmt(lat.get("p50"), 0), fmt(lat.get("p99"), 0),
+        f"{fmt(deliveries.get('received'))} / {fmt(deliveries.get('expected'))}",
+        fmt(st.get("kib_per_idle_stream"), 1), fmt(st.get("idle_heartbeat_cpu_percent"), 2)]]))
+    add("")
+    for key in ("not_measured", "method"):
+        if sd.get(key):
+            add(str(sd[key]))
+            add("")
+
     # 6. Memory
     add("## 6. Memory: peak RSS per service")
     add("")

@@ -51,6 +51,13 @@ SCHEMA: tuple[str, ...] = (
     *(f"latency_scaling.ratio_vs_1.{n}" for n in WORKER_COUNTS[1:]),
     "latency_scaling.delay_ms_each_way",
     "latency_scaling.cpu_s_per_1k_rows",
+    # issue 16: live streams
+    "streams.streams",
+    "streams.rate_per_s",
+    "streams.update_latency_ms.p50",
+    "streams.update_latency_ms.p99",
+    "streams.kib_per_idle_stream",
+    "streams.idle_heartbeat_cpu_percent",
 )
 
 
@@ -70,6 +77,8 @@ def empty_result() -> dict[str, Any]:
                       "home_read_ms": {g: dict(pct) for g in LARGE_FOLLOWED}, "crossover_followers": None},
         "latency_scaling": {"delay_ms_each_way": None, "rows_per_s": {n: None for n in WORKER_COUNTS},
                             "ratio_vs_1": {n: None for n in WORKER_COUNTS[1:]}, "cpu_s_per_1k_rows": None},
+        "streams": {"streams": None, "rate_per_s": None, "update_latency_ms": dict(pct),
+                    "kib_per_idle_stream": None, "idle_heartbeat_cpu_percent": None},
         "details": {},
     }
 
@@ -192,7 +201,7 @@ def celebrity_targets(doc: Mapping[str, Any]) -> list[Target]:
 
 
 def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
-    """The five targets of issue 4 and issue 13's, each as measured-vs-bound from the same run."""
+    """The five targets of issue 4, issue 13's and the two of issue 16, each as measured-vs-bound from the same run."""
     ours0 = _num(doc, "post_latency_ms.ours.0.p99")
     ours10k = _num(doc, "post_latency_ms.ours.10000.p99")
     sync10k = _num(doc, "post_latency_ms.sync_baseline.10000.p99")
@@ -201,6 +210,8 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
     api50 = _num(doc, "timeline_read_ms.api.p50")
     raw50 = _num(doc, "timeline_read_ms.raw.p50")
     lag99 = _num(doc, "delivery_lag_ms.p99")
+    stream99 = _num(doc, "streams.update_latency_ms.p99")
+    stream_kib = _num(doc, "streams.kib_per_idle_stream")
     return [
         Target("post_p99_flat", "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers",
                ours10k, _mul(ours0, 1.5), "<=", "p99 at 10,000 (ms)", "1.5 × p99 at 0 (ms)"),
@@ -213,6 +224,10 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
         Target("lag_p99", "delivery lag p99 ≤ 2 s for 1,000 followers at the reported rate",
                lag99, 2000.0, "<=", "lag p99 (ms)", "2,000 ms"),
         *celebrity_targets(doc),
+        Target("stream_p99", "stream update latency p99 ≤ 1 s (1,000 home streams, 5 posts/s to ~100 each)",
+               stream99, 1000.0, "<=", "update p99 (ms)", "1,000 ms"),
+        Target("stream_memory", "memory per idle stream ≤ 50 KiB",
+               stream_kib, 50.0, "<=", "KiB per idle stream", "50 KiB"),
     ]
 
 

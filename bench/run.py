@@ -35,7 +35,18 @@ if __name__ == "__main__" and not __package__:  # run as a script: python bench/
 from . import report, results
 from .common import _T0, FULL, QUICK, say
 from .harness import Bench, machine_info
-from .phases import cassandra_stress, ceiling, celebrity, delivery_lag, latency_scaling, post_latency, profile, read_path, scaling
+from .phases import (
+    cassandra_stress,
+    ceiling,
+    celebrity,
+    delivery_lag,
+    latency_scaling,
+    post_latency,
+    profile,
+    read_path,
+    scaling,
+    streams,
+)
 from .procs import REPO
 
 
@@ -55,6 +66,7 @@ async def run_phases(bench: Bench) -> dict[str, Any]:
         ("post_latency", post_latency.run),
         ("delivery_lag", delivery_lag.run),
         ("read_path", read_path.run),
+        ("streams", streams.run),
         ("profile", profile.run),
         # Issue 13. Last: both restart services (workers with other settings,
         # social-graph behind a latency proxy) and put them back afterwards.
@@ -132,7 +144,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, help="markdown page (default docs/benchmarks.md, or <out>/benchmarks.md)")
     parser.add_argument("--only", "--phases", dest="only", metavar="PHASES",
                         help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,post_latency,"
-                             "delivery_lag,read_path,profile,celebrity,latency_scaling); default all")
+                             "delivery_lag,read_path,streams,profile,celebrity,latency_scaling); default all")
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
     parser.add_argument("--lag-sweep", type=_rates, metavar="R1,R2",
                         help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)")

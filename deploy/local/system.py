@@ -115,10 +115,10 @@ class System:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return os.open(self.log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
         self.procs[name] = subprocess.Popen(
-            argv, env=self.env(), cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None,
+            argv, env={**self.env(), **(env or {})}, cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None,
             preexec_fn=_die_with_parent,
         )
         if out is not None:
@@ -137,6 +137,26 @@ class System:
 
     def start_service(self, name: str) -> None:
         self._spawn(name, [self.python, "-m", MODULES[name]])
+
+    def replica_url(self, index: int) -> str:
+        """Gateway replica ``index`` (1, 2, ...) listens on base + 5 + index."""
+        return f"http://127.0.0.1:{self.base_port + 5 + index}"
+
+    def start_api_replica(self, index: int, timeout: float = 60) -> str:
+        """Another gateway process with the same settings on its own port (a
+        second replica behind a load balancer); stopped with the rest."""
+        name = f"api-{index}"
+        self._spawn(name, [self.python, "-m", MODULES["api"]],
+                    {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]})
+        deadline = time.monotonic() + timeout
+        while not _http_ok(self.replica_url(index) + "/readyz"):
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after {timeout:.0f}s")
+            time.sleep(0.2)
+        return self.replica_url(index)
 
     def stop_service(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)
@@ -194,7 +214,8 @@ class System:
     def stop(self, timeout: float = 20) -> None:
         """Stop the front (api, worker) first, then the rest, each group in
         parallel; anything still alive after ``timeout`` gets SIGKILL."""
-        for group in (("api", "fanout-worker"), ("tweet-store", "social-graph", "broker")):
+        replicas = tuple(name for name in self.procs if name.startswith("api-"))
+        for group in (("api", "fanout-worker", *replicas), ("tweet-store", "social-graph", "broker")):
             procs = {name: self.procs.pop(name) for name in group if name in self.procs}
             for proc in procs.values():
                 if proc.poll() is None:
@@ -248,6 +269,8 @@ def main() -> int:
     parser.add_argument("--data-dir", default=os.environ.get("FANLINE_DATA_DIR", str(REPO / ".data")))
     parser.add_argument("--base-port", type=int, default=8000,
                         help="api, social-graph, tweet-store and worker listen on this port and the next three")
+    parser.add_argument("--api-replicas", type=int, default=1,
+                        help="gateway processes (the extra ones listen on base+6, base+7, ...)")
     args = parser.parse_args()
 
     if args.real:
@@ -273,8 +296,11 @@ def main() -> int:
     try:
         print(f"starting Fanline ({system.backend} storage, broker {system.bootstrap}) ...", flush=True)
         system.start()
+        extra = [system.start_api_replica(i) for i in range(1, args.api_replicas)]
         print("\nFanline is up:")
         print(f"  API gateway     {system.url('api')}   (try {system.url('api')}/v1/public)")
+        for url in extra:
+            print(f"  API replica     {url}")
         print(f"  OpenAPI         {system.url('api')}/openapi.json")
         for name in ("social-graph", "tweet-store", "fanout-worker"):
             print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics)")

@@ -41,6 +41,8 @@ FAST_ENV = {
     # go through the chunks topic (tests/e2e/test_fanout_slices.py).
     "FANLINE_FANOUT_PAGE_SIZE": "5",
     "FANLINE_FANOUT_CHUNK": "10",
+    # Live streams: a heartbeat every second, so tests see one quickly.
+    "FANLINE_STREAM_HEARTBEAT_S": "1",
 }
 
 

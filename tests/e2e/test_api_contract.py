@@ -397,6 +397,7 @@ def test_openapi_describes_every_route(api: Api) -> None:
         ("/v1/tweets", "post"), ("/v1/tweets/{tweet_id}", "get"), ("/v1/tweets/{tweet_id}", "delete"),
         ("/v1/timeline", "get"), ("/v1/public", "get"), ("/healthz", "get"), ("/readyz", "get"),
         ("/metrics", "get"), ("/openapi.json", "get"),
+        ("/v1/streaming/home", "get"), ("/v1/streaming/public", "get"),
     }
     described = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert expected <= described

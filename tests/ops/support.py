@@ -19,6 +19,7 @@ import httpx
 import yaml
 
 from e2e.client import Api, eventually
+from e2e.sse import Listener
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -140,6 +141,8 @@ def generate_load(api_url: str, users: int = 4) -> LoadReport:
     """Sign-ups, log-ins, follows, posts, timeline reads, a 404, a delete and
     an unfollow: enough for every fan-out path to record something."""
     api = Api(api_url)
+    # A live stream hears the posts (the open-streams and update-latency panels).
+    stream = Listener(api_url + "/v1/streaming/public")
     try:
         people = [api.user("ops") for _ in range(users)]
         for name, token in people:
@@ -147,6 +150,7 @@ def generate_load(api_url: str, users: int = 4) -> LoadReport:
                 if other != name:
                     api.follow(token, name, other)
         tweets = [api.post(token, f"hello from {name} #{i}")["id"] for name, token in people for i in range(3)]
+        stream.wait("update", tweets[-1], timeout=30)
         for name, token in people:
             api.page("/v1/timeline", token)
             api.page(f"/v1/users/{name}/tweets")
@@ -161,6 +165,7 @@ def generate_load(api_url: str, users: int = 4) -> LoadReport:
         eventually(lambda: len(api.home_ids(last_token)) >= 3 * users - 1, timeout=60, what="fan-out of the load")
         return LoadReport([n for n, _ in people], tweets, deleted)
     finally:
+        stream.close()
         api.close()
 
 

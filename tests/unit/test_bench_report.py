@@ -28,6 +28,9 @@ ISSUE_KEYS = {
     "timeline_read_ms": {"api": {"p50": None, "p99": None}, "raw": {"p50": None, "p99": None}, "rate_per_s": None},
     "scaling_rows_per_s": {"1": None, "2": None, "4": None, "cores": None},
     "peak_rss_mb": {"api": None, "social-graph": None, "tweet-store": None, "fanout-worker": None},
+    # issue 16
+    "streams": {"streams": None, "rate_per_s": None, "update_latency_ms": {"p50": None, "p99": None},
+                "kib_per_idle_stream": None, "idle_heartbeat_cpu_percent": None},
 }
 
 
@@ -81,6 +84,8 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
         "rows_per_s": {"1": 1000.0, "2": 1900.0, "4": 3000.0}, "ratio_vs_1": {"2": 1.9, "4": 3.0},
         "cpu_s_per_1k_rows": {"fanout-worker": 0.1}, "cores": 2,
     }
+    doc["streams"] = {"streams": 1000, "rate_per_s": 5.0, "update_latency_ms": {"p50": 120.0, "p99": 1500.0},
+                      "kib_per_idle_stream": 30.0, "idle_heartbeat_cpu_percent": 1.5}
     doc["details"] = {
         "latency_scaling": {"runs": {"1": {"machine_cpu_utilisation": 0.5, "cpu_bound": False,
                                            "cpu_s_per_1k_rows": {"fanout-worker": 0.1, "tweet-store": 0.2}},
@@ -142,6 +147,8 @@ def test_writer_refuses_a_document_missing_a_key(tmp_path: Path) -> None:
         ("threshold_crossover", True),  # 10,000 / 4,000 = 2.5 <= 3
         ("latency_scaling_2", True),  # 1.9 >= 1.8
         ("latency_scaling_4", False),  # 3.0 < 3.2
+        ("stream_p99", False),  # 1500 > 1000
+        ("stream_memory", True),  # 30 <= 50
     ],
 )
 def test_targets_are_judged_from_the_same_document(key: str, expected: bool) -> None:
@@ -174,8 +181,8 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
     md = report.render_markdown(fake_result(), {"post_latency": "benchmarks/post_latency.png"})
     assert md.startswith("# Benchmarks")
     for heading in ("## Targets", "## 1. Post latency vs followers", "## 2. Fan-out throughput",
-                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 6. Memory", "## 7. Celebrity",
-                    "## 8. Scaling where latency-bound", "## Profile (py-spy)"):
+                    "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 5b. Live streams", "## 6. Memory",
+                    "## 7. Celebrity", "## 8. Scaling where latency-bound", "## Profile (py-spy)"):
         assert heading in md
     assert "| on | 1,000,000 | 60.0 |" in md and "| off | 1,000,000 |" in md
     assert "they cross at 4,000 followers" in md

@@ -176,6 +176,18 @@ OUTBOX_RELAYED = Counter(
     "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
 )
 
+# --- live streams (gateway) -----------------------------------------------------
+STREAMS_OPEN = Gauge(
+    "fanline_streams_open", "Server-sent event streams open on this gateway, by kind (home, public)", ["kind"],
+    multiprocess_mode="livesum",
+)
+STREAM_UPDATE_LATENCY = Histogram(
+    "fanline_stream_update_latency_seconds",
+    "Tweet created until its update event is handed to a connected stream",
+    buckets=LONG_BUCKETS,
+)
+STREAM_EVENTS = Counter("fanline_stream_events_total", "Events sent on streams", ["kind", "event"])
+
 
 def render() -> tuple[bytes, str]:
     """The exposition text for /metrics, aggregated across processes if needed."""

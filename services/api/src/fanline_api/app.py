@@ -25,13 +25,15 @@ from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
-from . import __version__, webui
+from . import __version__, streaming, webui
 from .config import Settings
 from .cursors import CursorCodec
 from .deadline import bounded
 from .gateway import Gateway
+from .live import Hub
 from .openapi import openapi_document
 from .ratelimit import RateLimitMiddleware
+from .tap import EventTap
 
 SERVICE = "api"
 # Retry-After of a 206 while a returning user's home timeline is regenerated.
@@ -124,13 +126,15 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
         owner = request.path_params.get("username")
         limit = validate_limit(request.query_params.get("limit"))
         cursor = request.query_params.get("cursor")
+        since_id = request.query_params.get("since_id")
         if kind == "home":
-            page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor)
+            page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor,
+                                                       since_id)
             if regenerating:
                 # api.md: 206 with the body shape of 200 while it runs.
                 return json_response(page, 206, {"Retry-After": str(REGENERATION_RETRY_AFTER_S)})
             return json_response(page)
-        return json_response(await g.timeline(kind, owner, limit, cursor))
+        return json_response(await g.timeline(kind, owner, limit, cursor, since_id))
 
     return handler
 
@@ -157,6 +161,13 @@ def create_app(settings: Settings) -> Starlette:
             ack_when_applied=settings.kafka.ack_when_applied,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
+        # Live streams (live.py, tap.py): every replica taps the whole events topic.
+        hub = Hub(settings.live, social, tweets) if settings.live.enabled else None
+        tap = EventTap(settings.kafka, hub) if hub is not None else None
+        app.state.hub = hub
+        if hub is not None and tap is not None:
+            hub.start()
+            tap.start()
         metrics.set_build_info(SERVICE, __version__)
         topics_task = asyncio.create_task(_ensure_topics(settings)) if settings.ensure_topics else None
         relay.start()
@@ -165,6 +176,9 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             if topics_task is not None:
                 topics_task.cancel()
+            if hub is not None and tap is not None:
+                await tap.stop()
+                await hub.close_all()
             await app.state.gateway.drain(settings.kafka.request_timeout_s)
             await relay.stop()
             await publisher.close()
@@ -202,6 +216,7 @@ def create_app(settings: Settings) -> Starlette:
         route(S, "/v1/tweets/{tweet_id}", bounded(delete_tweet, R), ["DELETE"]),
         route(S, "/v1/timeline", bounded(timeline("home"), R), ["GET"]),
         route(S, "/v1/public", bounded(timeline("public"), R), ["GET"]),
+        *streaming.routes(S),
         Route("/openapi.json", openapi, methods=["GET"]),
         *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
     ]

@@ -14,6 +14,25 @@ DEV_CURSOR_SECRET = "fanline-dev-cursor-secret-change-me"
 
 
 @dataclass(frozen=True)
+class LiveSettings:
+    """Live streams (api.md "Live updates"); see live.py."""
+
+    enabled: bool  # off: no event tap, the stream routes answer 503
+    heartbeat_s: float  # a comment line this often (api.md: at most 15 s)
+    max_streams_per_user: int  # per gateway replica
+    follow_refresh_s: float  # re-read open streams' following lists this often
+
+    @classmethod
+    def from_env(cls, env: Env) -> LiveSettings:
+        return cls(
+            enabled=env.boolean("FANLINE_STREAMING", True),
+            heartbeat_s=min(env.number("FANLINE_STREAM_HEARTBEAT_S", 15.0, positive=True), 15.0),
+            max_streams_per_user=env.integer("FANLINE_STREAMS_PER_USER", 4, minimum=1),
+            follow_refresh_s=env.number("FANLINE_STREAM_FOLLOW_REFRESH_S", 300.0, positive=True),
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     http: HttpSettings
     kafka: KafkaSettings
@@ -24,6 +43,7 @@ class Settings:
     rate_limit_per_s: float
     rate_limit_burst: int
     ensure_topics: bool
+    live: LiveSettings
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
 
@@ -47,4 +67,5 @@ class Settings:
             password_deadline=RequestDeadline(
                 GATEWAY_PASSWORD_REQUEST.name,
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True)),
+            live=LiveSettings.from_env(env),
         )

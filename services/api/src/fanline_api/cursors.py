@@ -12,7 +12,8 @@ import base64
 import hashlib
 import hmac
 
-from fanline_shared.errors import BadRequest
+from fanline_shared.domain import parse_tweet_id
+from fanline_shared.errors import BadRequest, InvalidInput
 
 _SIG_BYTES = 12
 
@@ -46,3 +47,32 @@ class CursorCodec:
         if got_kind != kind:
             raise invalid
         return position
+
+
+# Timeline cursors carry the page's lower bound (``since_id``) beside the
+# position, so that "next page" never crosses it even if the client does not
+# repeat ``since_id``. Tweet ids never contain the separator.
+_SINCE_SEP = "|"
+
+
+def validate_since_id(raw: str | None) -> str | None:
+    """A canonical version-1 UUID (a tweet id), None when absent, or ``422 invalid_since_id``."""
+    if raw is None:
+        return None
+    if parse_tweet_id(raw) is None:
+        raise InvalidInput("since_id must be a tweet id", code="invalid_since_id")
+    return raw.lower()
+
+
+def encode_timeline(codec: CursorCodec, kind: str, before: str, since: str | None) -> str:
+    return codec.encode(kind, f"{before}{_SINCE_SEP}{since}" if since else before)
+
+
+def decode_timeline(codec: CursorCodec, kind: str, cursor: str | None) -> tuple[str | None, str | None]:
+    """``(before, since)`` from a timeline cursor; cursors from before since_id
+    existed carry no bound."""
+    position = codec.decode(kind, cursor)
+    if position is None:
+        return None, None
+    before, _, since = position.partition(_SINCE_SEP)
+    return before, since or None

@@ -27,7 +27,7 @@ from fanline_shared.kafka import EventPublisher
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
 
-from .cursors import CursorCodec
+from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
 
 
 def _user_not_found(username: str) -> NotFound:
@@ -183,22 +183,31 @@ class Gateway:
 
     # --- timelines ---------------------------------------------------------------------
 
-    async def timeline(self, kind: str, owner: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    async def timeline(self, kind: str, owner: str | None, limit: int, cursor: str | None,
+                       since_id: str | None = None) -> dict[str, Any]:
+        """One page, newest first; ``since_id`` (validated, or carried by the
+        cursor) keeps only ids strictly newer, on this page and the next ones."""
         cursor_kind = f"tl:{kind}"
-        before = self.cursors.decode(cursor_kind, cursor)
+        since = validate_since_id(since_id)
+        before, carried = decode_timeline(self.cursors, cursor_kind, cursor)
+        since = carried or since
         if kind == "user":
             assert owner is not None
             if not is_valid_username(owner):
                 raise _user_not_found(owner)
             # The user must exist (404), checked alongside the slice.
-            _, page = await asyncio.gather(self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before))
+            _, page = await asyncio.gather(self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before, since))
         else:
-            page = await self.tweets.timeline(kind, owner, limit, before)
-        nxt = page.get("next")
-        return {"items": page["items"], "next_cursor": self.cursors.encode(cursor_kind, nxt) if nxt else None}
+            page = await self.tweets.timeline(kind, owner, limit, before, since)
+        return self._page(cursor_kind, page, since)
 
-    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None
-                            ) -> tuple[dict[str, Any], bool]:
+    def _page(self, cursor_kind: str, page: dict[str, Any], since: str | None) -> dict[str, Any]:
+        nxt = page.get("next")
+        return {"items": page["items"],
+                "next_cursor": encode_timeline(self.cursors, cursor_kind, nxt, since) if nxt else None}
+
+    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None,
+                            since_id: str | None = None) -> tuple[dict[str, Any], bool]:
         """The token's user's home timeline, and whether it is being
         regenerated (the user came back after being inactive: ``206``).
 
@@ -208,16 +217,18 @@ class Gateway:
         returned only if verification succeeds and names the same user."""
         token = self.bearer(authorization)
         try:
-            before = self.cursors.decode("tl:home", cursor)
-        except BadRequest:
+            since = validate_since_id(since_id)
+            before, carried = decode_timeline(self.cursors, "tl:home", cursor)
+            since = carried or since
+        except (BadRequest, InvalidInput):
             await self.social.authenticate(token)  # a bad token is reported first
             raise
         claimed, dot, _ = token.partition(".")
         if not (dot and is_valid_username(claimed)):
             actor, returned_at = await self.social.session(token)
-            page = await self.tweets.timeline("home", actor, limit, before)
+            page = await self.tweets.timeline("home", actor, limit, before, since)
         else:
-            page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before))
+            page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before, since))
             try:
                 actor, returned_at = await self.social.session(token)
                 if canonical(actor) != canonical(claimed):
@@ -228,9 +239,7 @@ class Gateway:
                 raise
             page = await page_task
         regenerating = await self.regenerating(actor, returned_at)
-        nxt = page.get("next")
-        return ({"items": page["items"], "next_cursor": self.cursors.encode("tl:home", nxt) if nxt else None},
-                regenerating)
+        return self._page("tl:home", page, since), regenerating
 
     async def regenerating(self, actor: str, returned_at: str | None) -> bool:
         """True while the home timeline of a user who came back after being

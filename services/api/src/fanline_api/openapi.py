@@ -47,17 +47,39 @@ LIMIT = {"name": "limit", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT}}
 CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
           "description": "The previous page's next_cursor, unchanged"}
+SINCE_ID = {"name": "since_id", "in": "query", "required": False, "schema": {"type": "string", "format": "uuid"},
+            "description": "Only tweets strictly newer than this tweet id; next_cursor never pages past it "
+                           "(malformed: 422 invalid_since_id)"}
 AUTH: list[dict[str, list[str]]] = [{"bearer": []}]
 
 
 def _timeline(summary: str, params: list[dict[str, Any]], auth: bool, extra: tuple[int, ...] = ()) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": summary,
-        "parameters": [*params, LIMIT, CURSOR],
+        "parameters": [*params, LIMIT, CURSOR, SINCE_ID],
         "responses": {"200": _json(_ref("TweetPage"), "A page, newest first"), **_errors(400, 422, *extra)},
     }
     if auth:
         op["security"] = AUTH
+    return {"get": op}
+
+
+def _stream(summary: str, auth: bool) -> dict[str, Any]:
+    """A text/event-stream route (api.md "Live updates"); events described in prose."""
+    op: dict[str, Any] = {
+        "summary": summary,
+        "description": ("`event: update` (`id`: tweet id, `data`: Tweet JSON), `event: delete` "
+                        "(`data`: {\"id\": tweet id}), a comment line at least every 15 s. "
+                        "Last-Event-ID resumes: newer items first (oldest first), then live."),
+        "parameters": [{"name": "Last-Event-ID", "in": "header", "required": False,
+                        "schema": {"type": "string", "format": "uuid"}, "description": "Resume after this tweet id"}],
+        "responses": {"200": {"description": "An endless event stream",
+                              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                      **_errors(*((401, 422, 429) if auth else (422,)))},
+    }
+    if auth:
+        op["security"] = AUTH
+        op["description"] += " The web pages' session cookie is accepted too; at most 4 streams per user (429)."
     return {"get": op}
 
 
@@ -151,6 +173,8 @@ def openapi_document(version: str) -> dict[str, Any]:
         },
         "/v1/timeline": _timeline("Your home timeline", [], True, (401,)),
         "/v1/public": _timeline("The public timeline", [], False),
+        "/v1/streaming/home": _stream("Live updates of your home timeline (server-sent events)", True),
+        "/v1/streaming/public": _stream("Live updates of the public timeline (server-sent events)", False),
         "/healthz": {"get": {"summary": "Liveness", "responses": ops_ok}},
         "/readyz": {"get": {"summary": "Readiness (dependencies named when failing)",
                             "responses": {"200": {"description": "Ready"}, "503": _error("Not ready")}}},
