@@ -174,6 +174,7 @@ def test_cassandra_node_paused(cluster_system: System, api: Api, infra: Any) -> 
               after=lambda: "brought back by " + bring_back(infra, cluster_system, 2))
 
 
+@pytest.mark.broker_loss
 def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infra: Any, api: Api,
                                             infra: Any) -> None:
     """SIGKILL the broker that is the active KRaft controller and leads events
@@ -201,6 +202,7 @@ def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infr
                what="consumer group Stable with lag 0")
 
 
+@pytest.mark.broker_loss
 def test_rolling_restart(cluster_system: System, api: Api, infra: Any) -> None:
     """Restart (SIGTERM, start) every Cassandra node, then every broker, one at a time, under load."""
     def fault() -> str:
