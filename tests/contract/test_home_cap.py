@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
+
 from fanline_tweet_store.adapters import TweetStoreStorage
 
 from .support import Names
@@ -82,3 +84,39 @@ async def test_large_account_registration_expires(tweet_store: TweetStoreStorage
     assert brief.lower() in await tweet_store.large.members()
     await asyncio.sleep(2.2)
     assert brief.lower() not in await tweet_store.large.members()
+
+
+@pytest.mark.parametrize("backend", ["cassandra"], indirect=True)
+async def test_trims_leave_at_most_one_range_tombstone_in_a_page(backend: object, tweet_store: TweetStoreStorage,
+                                                                 names: Names) -> None:
+    """Cassandra only (SQLite deletes rows): after many trims, a page reads
+    at most the two bounds of one range tombstone, not a tombstone per row —
+    measured with query tracing, as an operator would."""
+    import re
+    from datetime import timedelta
+
+    from fanline_shared.domain import new_timeuuid, utcnow
+
+    owner, author = names.user(), names.user()
+    start = utcnow() - timedelta(minutes=50)  # within the fixture's one-hour retention
+    ids: list[uuid.UUID] = []
+    trims = 0
+    for n in range(0, 2000, 100):
+        batch = [new_timeuuid(start + timedelta(seconds=n + k)) for k in range(100)]
+        ids.extend(batch)
+        await tweet_store.home.add_many(owner, [(t, author) for t in batch])
+        trims += await tweet_store.home.trim(owner, 100) is not None
+    assert trims >= 18
+    session = tweet_store.engine.session  # type: ignore[attr-defined]
+    statement = session.prepare(f"SELECT tweet_id FROM {tweet_store.engine.name}.home_timeline "  # type: ignore[attr-defined]
+                                "WHERE owner_lc = ? AND tweet_id < ? LIMIT 21")
+    newest = newest_first(ids)
+
+    def tombstones(before: uuid.UUID) -> int:
+        result = session.execute(statement, (owner.lower(), before), trace=True)
+        trace = result.get_query_trace(max_wait_sec=10)
+        return sum(int(m.group(1)) for e in trace.events
+                   if (m := re.search(r"and (\d+) tombstone cells", e.description)))
+
+    assert await asyncio.to_thread(tombstones, newest[0]) == 0     # a first page: none
+    assert await asyncio.to_thread(tombstones, newest[90]) <= 2    # the last stored page: one range's bounds
