@@ -36,6 +36,12 @@ FAST_ENV = {
     "FANLINE_RELAY_STALE_AFTER_MS": "1500",
     "FANLINE_RELAY_INTERVAL_S": "0.5",
     "FANLINE_LOG_LEVEL": "INFO",
+    # Abuse limits stay on (every response carries the headers) but far above
+    # what the suite sends from one address; test_abuse.py sets small ones.
+    "FANLINE_RATE_LIMIT_PER_USER": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_PER_ADDRESS": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME": "1000000 per minute",
 }
 
 

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e]
 
 @pytest.fixture
 def small_system(tmp_path: Path) -> Iterator[System]:
-    system = make_system("embedded", 19500, tmp_path, FANLINE_RATE_LIMIT_PER_S="5", FANLINE_RATE_LIMIT_BURST="40")
+    system = make_system("embedded", 19500, tmp_path, FANLINE_RATE_LIMIT_PER_ADDRESS="40 per minute")
     system.start()
     yield system
     system.stop()

@@ -30,7 +30,7 @@ from .config import Settings
 from .cursors import CursorCodec
 from .gateway import Gateway
 from .openapi import openapi_document
-from .ratelimit import RateLimitMiddleware
+from .ratelimit import ADDRESS_STATE, Limiter, LoginGuard, RateLimitMiddleware
 
 SERVICE = "api"
 log = logging.getLogger(__name__)
@@ -59,8 +59,13 @@ async def list_users(request: Request) -> Response:
     return json_response({"items": await gw(request).users(params.get("usernames"))})
 
 
+def client_address(request: Request) -> str:
+    """The client's address as the rate limiter decided it (trusted proxies)."""
+    return str(getattr(request.state, ADDRESS_STATE, None) or "unknown")
+
+
 async def create_session(request: Request) -> Response:
-    return json_response(await gw(request).login(await read_json_object(request)))
+    return json_response(await gw(request).login(await read_json_object(request), client_address(request)))
 
 
 async def delete_session(request: Request) -> Response:
@@ -136,11 +141,14 @@ async def openapi(_: Request) -> Response:
 
 
 def create_app(settings: Settings) -> Starlette:
+    limiter = Limiter(settings.rate_limits)
+    logins = LoginGuard(limiter) if settings.rate_limits.enabled else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         peers = settings.peers
-        social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s)
-        tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s)
+        social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
+        tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
         publisher = EventPublisher(settings.kafka)
         relay = OutboxRelay(
             publisher,
@@ -148,7 +156,7 @@ def create_app(settings: Settings) -> Starlette:
             sweep_interval_s=settings.relay_interval_s,
             stale_after_ms=settings.relay_stale_after_ms,
         )
-        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
+        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
         metrics.set_build_info(SERVICE, __version__)
         topics_task = asyncio.create_task(_ensure_topics(settings)) if settings.ensure_topics else None
         relay.start()
@@ -193,13 +201,14 @@ def create_app(settings: Settings) -> Starlette:
         route(S, "/v1/timeline", timeline("home"), ["GET"]),
         route(S, "/v1/public", timeline("public"), ["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
+        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka},
+                    public=True),
     ]
     # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
     routes += webui.routes(settings)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    if settings.rate_limit_per_s > 0:
-        app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
+    # Always installed: with limits off it still records the client address.
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, session_cookie=webui.SESSION_COOKIE)
     return app
 
 

@@ -154,8 +154,9 @@ def create_app(settings: Settings) -> faust.App:
                              key_serializer="raw", value_serializer="raw")
     dead_letter = app.topic(settings.kafka.dlq_topic, partitions=settings.kafka.partitions,
                             key_serializer="raw", value_serializer="raw")
-    social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
-    tweets = TweetStoreClient(SERVICE, settings.peers.tweet_store_url, settings.peers.timeout_s)
+    peers = settings.peers
+    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
+    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight)
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)

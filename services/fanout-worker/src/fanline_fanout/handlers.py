@@ -16,16 +16,19 @@ a newer one) cannot resurrect what was undone:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from fanline_shared import metrics
-from fanline_shared.domain import utcnow
+from fanline_shared.domain import canonical, utcnow
 from fanline_shared.errors import NotFound
 from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
+
+log = logging.getLogger(__name__)
 
 
 class FanoutHandlers:
@@ -54,12 +57,20 @@ class FanoutHandlers:
         # during which the fan-out would write nothing.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers", self._page_size, None))
         try:
-            await self._tweets.check_tweet(tweet_id)
+            stored = await self._tweets.check_tweet(tweet_id)
+            # The stored tweet is the truth: an event naming another author
+            # (forged, or corrupted) would put the tweet in the wrong
+            # followers' timelines. Dropped, logged and counted.
+            if canonical(str(stored.get("username", ""))) != canonical(data.author):
+                log.warning("dropping %s %s: event author %r, stored author %r", event.type, event.event_id,
+                            data.author, stored.get("username"))
+                metrics.FORGED_EVENTS.labels(event.type).inc()
+                raise NotFound("event author differs from the stored tweet's")
         except BaseException as exc:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
             if isinstance(exc, NotFound):
-                return  # deleted before we got to it: nothing to deliver
+                return  # deleted before we got to it, or forged: nothing to deliver
             raise
 
         async def write(page: list[str]) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fanline_shared import policies
-from fanline_shared.config import Env, HttpSettings, StorageSettings
+from fanline_shared.config import Env, HttpSettings, StorageSettings, internal_token
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
 
@@ -22,6 +22,7 @@ class Settings:
     home_write_calls: int
     home_write_batch_rows: int
     tweet_cache: TweetCachePolicy
+    internal_token: str | None = None  # FANLINE_INTERNAL_TOKEN (shared/internal_auth.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -57,4 +58,5 @@ class Settings:
                 size=env.integer("FANLINE_TWEET_CACHE_SIZE", DEFAULT_SIZE, minimum=0),
                 ttl_s=env.number("FANLINE_TWEET_CACHE_TTL_S", DEFAULT_TTL_S),
             ),
+            internal_token=internal_token(env),
         )
