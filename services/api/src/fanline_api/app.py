@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
 from fanline_shared.domain import validate_limit
-from fanline_shared.errors import Unavailable
+from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
 from fanline_shared.kafka import EventPublisher, ensure_topics
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
@@ -40,6 +40,27 @@ def gw(request: Request) -> Gateway:
     return request.app.state.gateway  # type: ignore[no-any-return]
 
 
+# --- query parameters -------------------------------------------------------------
+
+
+def query(request: Request, name: str) -> str | None:
+    """One query parameter; given twice it is ambiguous, so refused (422 for
+    ``limit`` and the lists, 400 for a cursor) instead of taking either."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        if name == "cursor":
+            raise BadRequest("cursor given more than once", code="invalid_cursor")
+        raise InvalidInput(f"{name} given more than once", code=f"invalid_{name}")
+    return values[0] if values else None
+
+
+def limit_param(request: Request) -> int:
+    raw = query(request, "limit")
+    if raw is not None and raw == "":
+        raise InvalidInput("limit must be an integer 1-100", code="invalid_limit")
+    return validate_limit(raw)
+
+
 # --- users and sessions ---------------------------------------------------------
 
 
@@ -52,11 +73,11 @@ async def get_user(request: Request) -> Response:
 
 
 async def list_users(request: Request) -> Response:
-    params = request.query_params
-    if "prefix" in params:
-        limit = validate_limit(params.get("limit"))
-        return json_response({"items": await gw(request).search(params["prefix"], limit)})
-    return json_response({"items": await gw(request).users(params.get("usernames"))})
+    limit = limit_param(request)  # checked even where unused: 1-100 or 422
+    prefix, usernames = query(request, "prefix"), query(request, "usernames")
+    if prefix is not None:
+        return json_response({"items": await gw(request).search(prefix, limit)})
+    return json_response({"items": await gw(request).users(usernames)})
 
 
 def client_address(request: Request) -> str:
@@ -78,10 +99,8 @@ async def delete_session(request: Request) -> Response:
 
 def edges(direction: str):  # type: ignore[no-untyped-def]
     async def handler(request: Request) -> Response:
-        limit = validate_limit(request.query_params.get("limit"))
-        page = await gw(request).edges(
-            request.path_params["username"], direction, limit, request.query_params.get("cursor")
-        )
+        limit = limit_param(request)
+        page = await gw(request).edges(request.path_params["username"], direction, limit, query(request, "cursor"))
         return json_response(page)
 
     return handler
@@ -124,8 +143,8 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
     async def handler(request: Request) -> Response:
         g = gw(request)
         owner = request.path_params.get("username")
-        limit = validate_limit(request.query_params.get("limit"))
-        cursor = request.query_params.get("cursor")
+        limit = limit_param(request)
+        cursor = query(request, "cursor")
         if kind == "home":
             return json_response(await g.home_timeline(request.headers.get("authorization"), limit, cursor))
         return json_response(await g.timeline(kind, owner, limit, cursor))
