@@ -36,10 +36,13 @@ def _user_not_found(username: str) -> NotFound:
 
 
 def validate_idempotency_key(value: str | None) -> str | None:
-    """1-64 printable ASCII characters, or ``invalid_idempotency_key``."""
+    """1-64 printable ASCII characters, not starting or ending with a
+    space, or ``invalid_idempotency_key``."""
     if value is None:
         return None
-    if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value):
+    # Edge spaces are refused too: HTTP may strip them on the way, so such a
+    # key would not mean the same to every hop (OpenAPI states the pattern).
+    if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value) or value != value.strip(" "):
         raise InvalidInput("Idempotency-Key must be 1-64 printable ASCII characters",
                            code="invalid_idempotency_key")
     return value

@@ -174,7 +174,9 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/v1/tweets": {"post": {
             "summary": "Post a tweet", "security": AUTH,
             "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
-                            "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 64,
+                                       # printable ASCII; no edge spaces (HTTP strips them)
+                                       "pattern": "^[!-~]([ -~]*[!-~])?$"},
                             "description": "Repeats within 24 h return the first tweet"}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("NewTweet")}}},
             "responses": {"201": _json(_ref("Tweet"), "Created"),
