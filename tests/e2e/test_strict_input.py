@@ -80,11 +80,13 @@ CRAFTED_COOKIES = ['fanline_session="a\\012b"', 'fanline_session="a\\015\\012b"'
 def test_crafted_cookies_never_produce_a_500(api: Api, cookie: str) -> None:
     for method, path in (("GET", "/"), ("GET", "/public"), ("GET", "/find?q=a"), ("GET", "/login"),
                          ("POST", "/logout"), ("POST", "/tweets"), ("GET", "/v1/public"), ("GET", "/v1/timeline")):
-        r = api.request(method, path, headers={"Cookie": cookie})
+        r = api.request(method, path, headers={"Cookie": cookie.encode("utf-8")})
         assert r.status_code < 500, (cookie, method, path, r.status_code, r.text[:300])
 
 
-@pytest.mark.parametrize("authorization", ["Bearer a\x0bb", "Bearer a\x7fb", "Bearer " + "é" * 10, "Bearer a.b\x1fc",
+# (an HTTP client cannot send most control characters in a header; the
+# cookie's quoted-string escapes above are how they arrive)
+@pytest.mark.parametrize("authorization", ["Bearer a\tb", "Bearer " + "é" * 10, "Bearer a.b c", "Bearer \x85",
                                            "Basic abc", "Bearer", "Bearer " + "x" * 1000])
 def test_crafted_authorization_headers_are_401_not_500(api: Api, authorization: str) -> None:
     for method, path in (("GET", "/v1/timeline"), ("POST", "/v1/tweets"), ("DELETE", "/v1/sessions/current")):

@@ -254,14 +254,14 @@ class RateLimitMiddleware:
         self._users: TTLCache[str, str] = TTLCache(maxsize=100_000, ttl=60)
         self._bad: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=60)
 
-    async def _user(self, scope: Scope, token: str, address: str) -> str | None:
+    async def _user(self, scope: Scope, token: str) -> str | None:
         user = self._users.get(token)
         if user is not None or token in self._bad or len(token) > 200 or not token.isascii():
             return user
-        # Verifying costs a social-graph call: only while the address still
-        # has budget, so a flood of forged tokens costs no more than that.
-        if not (await self.limiter.test(self.settings.per_address, "address", address)).allowed:
-            return None
+        # One social-graph lookup per token not seen in the last minute (the
+        # same lookup the handler makes anyway). It happens even when the
+        # address is spent: a signed-in user behind a busy address (a NAT, a
+        # campus) must not be refused for others' requests.
         verify: Verify = scope["app"].state.gateway.authenticate
         try:
             user = await verify(f"Bearer {token}")
@@ -282,7 +282,7 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         token = _credential(scope, self._session_cookie)
-        user = await self._user(scope, token, address) if token else None
+        user = await self._user(scope, token) if token else None
         if user is not None:
             decision = await self.limiter.hit(self.settings.per_user, "user", canonical(user))
         else:
