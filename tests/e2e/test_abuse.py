@@ -39,7 +39,7 @@ HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     system = make_system(
-        "embedded", 19600, tmp_path_factory.mktemp("limited"),
+        "embedded", 19700, tmp_path_factory.mktemp("limited"),
         FANLINE_RATE_LIMIT_PER_ADDRESS="12 per minute",
         FANLINE_RATE_LIMIT_PER_USER="20 per minute",
         FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS="4 per minute",
@@ -166,7 +166,7 @@ def production_argon2(tmp_path: Path) -> Iterator[System]:
     """The production argon2 profile (64 MiB, t=3, p=4), a 128 MiB budget
     and a short queue: the settings under test."""
     system = make_system(
-        "embedded", 19650, tmp_path,
+        "embedded", 19750, tmp_path,
         FANLINE_ARGON2_TIME_COST="3", FANLINE_ARGON2_MEMORY_KIB="65536", FANLINE_ARGON2_PARALLELISM="4",
         FANLINE_ARGON2_MEMORY_BUDGET_MIB=str(BUDGET_MIB), FANLINE_ARGON2_QUEUE_WAIT_S="0.3",
     )
