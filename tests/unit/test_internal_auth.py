@@ -141,3 +141,43 @@ def test_the_gateway_process_refuses_to_start_in_production_with_the_development
     done = subprocess.run([sys.executable, "-m", "fanline_api"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "FANLINE_CURSOR_SECRET" in done.stderr
+
+
+# --- the clients send it ---------------------------------------------------------------------
+
+
+async def test_peer_clients_send_the_credential_and_report_a_refusal_as_unavailable() -> None:
+    """The gateway's and the worker's clients put the token on every call; a
+    peer refusing it is the deployment's fault, so it surfaces as 503
+    (``Unavailable``, which the worker retries) — never as the user's 401."""
+    from aiohttp import web
+
+    from fanline_shared.errors import Unavailable
+    from fanline_shared.peers import SocialGraphClient
+
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get(HEADER))
+        if request.headers.get(HEADER) != TOKEN:
+            return web.json_response({"error": {"code": "internal_unauthorized", "message": "no"}}, status=401)
+        return web.json_response({"username": "alice"})
+
+    app = web.Application()
+    app.router.add_get("/internal/users/{name}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        good = SocialGraphClient("test", f"http://127.0.0.1:{port}", 5, token=TOKEN)
+        assert (await good.get_user("alice"))["username"] == "alice"
+        await good.close()
+        bad = SocialGraphClient("test", f"http://127.0.0.1:{port}", 5, token="another-token-another-token")
+        with pytest.raises(Unavailable, match="credential refused"):
+            await bad.call("GET", "/internal/users/alice", operation="get_user", policy=None)
+        await bad.close()
+    finally:
+        await runner.cleanup()
+    assert seen == [TOKEN, "another-token-another-token"]
