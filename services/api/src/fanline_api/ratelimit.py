@@ -49,7 +49,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fanline_shared import metrics
 from fanline_shared.config import ConfigError, Env
 from fanline_shared.domain import canonical, is_valid_username
-from fanline_shared.errors import DomainError, RateLimited
+from fanline_shared.errors import DomainError, RateLimited, Unauthorized
 from fanline_shared.web import error_body, json_response
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -262,12 +262,17 @@ class RateLimitMiddleware:
         # same lookup the handler makes anyway). It happens even when the
         # address is spent: a signed-in user behind a busy address (a NAT, a
         # campus) must not be refused for others' requests.
-        verify: Verify = scope["app"].state.gateway.authenticate
+        gateway = getattr(scope["app"].state, "gateway", None)
+        if gateway is None:  # not started (no lifespan): count by address
+            return None
+        verify: Verify = gateway.authenticate
         try:
             user = await verify(f"Bearer {token}")
-        except DomainError:
+        except Unauthorized:
             self._bad[token] = True
             return None
+        except DomainError:
+            return None  # social-graph unavailable: by address for now, no verdict kept
         self._users[token] = user
         return user
 
