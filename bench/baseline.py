@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,7 +106,8 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
         def prepare_all() -> _State:
             return _State(
                 session=session,
-                social=SocialGraphClient("sync-baseline", social_graph_url, 10.0),
+                social=SocialGraphClient("sync-baseline", social_graph_url, 10.0,
+                                         token=os.environ.get("FANLINE_INTERNAL_TOKEN")),
                 tweet=prep("INSERT INTO {keyspace}.tweets (tweet_id, username, body) VALUES (?, ?, ?)"),
                 userline=prep("INSERT INTO {keyspace}.userline (username_lc, tweet_id) VALUES (?, ?)"),
                 public=prep("INSERT INTO {keyspace}.public_timeline (minute, tweet_id) VALUES (?, ?)"),

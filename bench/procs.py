@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,18 @@ import system as _system  # noqa: E402
 from system import MODULES, System  # noqa: E402
 
 WORKER = "fanout-worker"
+# One service credential for the whole benchmark run, in this process's
+# environment so that the system's services (System reads it) and the sync
+# baseline (a child process, which calls social-graph) share it.
+os.environ.setdefault("FANLINE_INTERNAL_TOKEN", secrets.token_urlsafe(32))
+# The benchmark drives thousands of requests per user and per address from
+# one machine: limits stay on (their cost is measured) but far above that load.
+BENCH_RATE_LIMITS = {
+    "FANLINE_RATE_LIMIT_PER_USER": "1000000000 per minute",
+    "FANLINE_RATE_LIMIT_PER_ADDRESS": "1000000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS": "1000000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME": "1000000000 per minute",
+}
 
 
 @dataclass
@@ -36,6 +49,11 @@ class BenchSystem(System):
     worker_ports: dict[str, int] = field(default_factory=dict)
     env_overrides: dict[str, dict[str, str]] = field(default_factory=dict)
     replica_ports: dict[str, int] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        # An experiment's own extra_env still wins.
+        limits = {k: v for k, v in BENCH_RATE_LIMITS.items() if k not in self.extra_env}
+        return {**super().env(), **limits}
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -56,7 +57,12 @@ class System:
     """The four services (and the embedded broker) on consecutive ports.
 
     ``base_port``: api, social-graph, tweet-store, worker and the embedded
-    broker listen on base, base+1, base+2, base+3 and base+4 + 10000."""
+    broker listen on base, base+1, base+2, base+3 and base+4 + 10000.
+
+    ``internal_token``: the service credential every ``/internal`` request
+    needs (FANLINE_INTERNAL_TOKEN), given to all four services. Taken from
+    the environment if set there, else a fresh random one per ``System``:
+    nothing outside this run can call the internal APIs."""
 
     data_dir: Path
     base_port: int = 8000
@@ -66,6 +72,8 @@ class System:
     log_dir: Path | None = None
     python: str = sys.executable
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    internal_token: str = field(
+        default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
 
     @property
     def ports(self) -> dict[str, int]:
@@ -83,6 +91,10 @@ class System:
     def url(self, service: str = "api") -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
 
+    def internal_headers(self) -> dict[str, str]:
+        """What a caller of an ``/internal`` route must send (tests, tools)."""
+        return {"X-Fanline-Internal-Token": self.internal_token}
+
     def env(self) -> dict[str, str]:
         p = self.ports
         env = dict(os.environ)
@@ -97,6 +109,7 @@ class System:
                 "FANLINE_WORKER_PORT": str(p["fanout-worker"]),
                 "FANLINE_SOCIAL_GRAPH_URL": self.url("social-graph"),
                 "FANLINE_TWEET_STORE_URL": self.url("tweet-store"),
+                "FANLINE_INTERNAL_TOKEN": self.internal_token,
                 "PYTHONUNBUFFERED": "1",
             }
         )

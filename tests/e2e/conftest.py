@@ -43,6 +43,12 @@ FAST_ENV = {
     "FANLINE_FANOUT_CHUNK": "10",
     # Live streams: a heartbeat every second, so tests see one quickly.
     "FANLINE_STREAM_HEARTBEAT_S": "1",
+    # Abuse limits stay on (every response carries the headers) but far above
+    # what the suite sends from one address; test_abuse.py sets small ones.
+    "FANLINE_RATE_LIMIT_PER_USER": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_PER_ADDRESS": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS": "1000000 per minute",
+    "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME": "1000000 per minute",
 }
 
 

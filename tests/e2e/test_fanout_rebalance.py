@@ -60,7 +60,7 @@ def seed(infra: Any, keyspace: str, author: str) -> list[str]:
 
 
 async def home_counts(system: System, owners: list[str], tweet_id: str) -> dict[str, int]:
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx.AsyncClient(timeout=30, headers=system.internal_headers()) as client:
         sem = asyncio.Semaphore(32)
 
         async def one(owner: str) -> tuple[str, int]:

@@ -51,7 +51,7 @@ async def seed_followers(system: System, author: str, count: int) -> list[str]:
     """Sign up ``count`` users and make them follow ``author``. Follows go
     through social-graph's internal API so the test needs no 5,000 logins."""
     names = [f"f{i:05d}{author[:8]}" for i in range(count)]
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=60, headers=system.internal_headers()) as client:
         signups = await _bulk([
             client.post(system.url() + "/v1/users", json={"username": n, "password": PASSWORD}) for n in names
         ])
@@ -65,7 +65,7 @@ async def seed_followers(system: System, author: str, count: int) -> list[str]:
 
 async def home_counts(system: System, owners: list[str], tweet_id: str) -> dict[str, int]:
     """How many times ``tweet_id`` is in each owner's home timeline."""
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=60, headers=system.internal_headers()) as client:
         pages = await _bulk([
             client.get(f"{system.url('tweet-store')}/internal/home/{o}", params={"limit": 50}) for o in owners
         ])
@@ -158,7 +158,8 @@ def test_tweets_posted_while_kafka_is_down_reach_followers(outage_system: System
         posted.append(api.post(author_token, "then the gateway dies")["id"])
         system.kill_service("api")
         # Everything acknowledged is in the userline already.
-        userline = [t["id"] for t in httpx.get(f"{system.url('tweet-store')}/internal/userline/{author}").json()["items"]]
+        userline = [t["id"] for t in httpx.get(f"{system.url('tweet-store')}/internal/userline/{author}",
+                                                 headers=system.internal_headers()).json()["items"]]
         assert set(posted) <= set(userline)
     finally:
         kafka_control.start_kafka()

@@ -19,7 +19,8 @@ INACTIVE_AFTER_S = 3.0
 def stored_home(system: System, owner: str) -> list[str]:
     """The home rows tweet-store has stored (not the merged read): what the
     fan-out wrote. Read through the internal route, as the gateway does."""
-    r = httpx.get(f"{system.url('tweet-store')}/internal/home/{owner}", params={"limit": 100}, timeout=10)
+    r = httpx.get(f"{system.url('tweet-store')}/internal/home/{owner}", params={"limit": 100}, timeout=10,
+                  headers=system.internal_headers())
     assert r.status_code == 200, r.text
     return [t["id"] for t in r.json()["items"]]
 

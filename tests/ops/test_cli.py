@@ -116,7 +116,8 @@ def test_rebuild_home_restores_a_damaged_home_timeline(ops_system: System, api: 
     # lose rows (as if written to a replica that was later replaced)
     tweet_store = ops_system.url("tweet-store")
     for tweet_id in tweets[:5]:
-        r = httpx.post(f"{tweet_store}/internal/home/remove", json={"tweet_id": tweet_id, "owners": [reader]})
+        r = httpx.post(f"{tweet_store}/internal/home/remove", json={"tweet_id": tweet_id, "owners": [reader]},
+                       headers=ops_system.internal_headers())
         assert r.status_code == 204, r.text
     assert set(api.home_ids(reader_token)) == set(tweets[5:])
 
@@ -191,7 +192,7 @@ def test_dlq_replay_of_a_recoverable_event_is_applied(ops_system: System, api: A
     api.follow(follower_token, follower, followee)
     eventually(lambda: tweet in api.home_ids(follower_token), timeout=60, what="follow merged")
     r = httpx.post(f"{ops_system.url('tweet-store')}/internal/home/remove",
-                   json={"tweet_id": tweet, "owners": [follower]})
+                   json={"tweet_id": tweet, "owners": [follower]}, headers=ops_system.internal_headers())
     assert r.status_code == 204, r.text
     assert tweet not in api.home_ids(follower_token)
 

@@ -223,14 +223,46 @@ def test_probes_resources_and_hardening(overlay: str) -> None:
 
 
 @by_overlay
-def test_the_api_gets_the_cursor_secret(overlay: str) -> None:
-    c = container(by_kind(overlay, "Deployment")["api"])
-    assert {"secretRef": {"name": "fanline-secrets"}} in c["envFrom"]
-    secret = by_kind(overlay, "Secret")["fanline-secrets"]
-    assert set(secret["stringData"]) == {"FANLINE_CURSOR_SECRET"}
-    for name in set(SERVICES) - {"api"}:
-        refs = container(by_kind(overlay, "Deployment")[name])["envFrom"]
-        assert all("secretRef" not in ref for ref in refs), f"{name} does not need the secret"
+def test_secrets_go_where_they_are_needed(overlay: str) -> None:
+    """The api alone gets the cursor secret; every service gets the internal
+    credential (FANLINE_INTERNAL_TOKEN), and so do the migrate Jobs."""
+    deployments = by_kind(overlay, "Deployment")
+    assert {"secretRef": {"name": "fanline-secrets"}} in container(deployments["api"])["envFrom"]
+    for name in SERVICES:
+        refs = container(deployments[name])["envFrom"]
+        assert {"secretRef": {"name": "fanline-internal"}} in refs, name
+        if name != "api":
+            assert {"secretRef": {"name": "fanline-secrets"}} not in refs, f"{name} does not need the cursor secret"
+    for job in by_kind(overlay, "Job").values():
+        if job["metadata"]["name"].startswith("migrate-"):
+            assert {"secretRef": {"name": "fanline-internal"}} in container(job)["envFrom"]
+
+
+def test_only_the_dev_overlay_ships_secrets_and_production_refuses_placeholders() -> None:
+    dev = by_kind("overlays/dev", "Secret")
+    assert set(dev["fanline-secrets"]["stringData"]) == {"FANLINE_CURSOR_SECRET"}
+    assert set(dev["fanline-internal"]["stringData"]) == {"FANLINE_INTERNAL_TOKEN"}
+    assert not by_kind("base", "Secret"), "the base must not carry a Secret an overlay could inherit"
+    assert not by_kind("overlays/production", "Secret"), "production secrets come from the secret store"
+    assert config("overlays/production")["FANLINE_ENV"] == "production"
+    assert "FANLINE_ENV" not in config("overlays/dev")
+
+
+@by_overlay
+def test_only_the_gateway_and_the_worker_reach_the_storage_services(overlay: str) -> None:
+    policies = by_kind(overlay, "NetworkPolicy")
+    for name, port in (("social-graph", 8001), ("tweet-store", 8002)):
+        (policy,) = [p for p in policies.values()
+                     if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}]
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        (rule,) = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+        sources = rule["from"]
+        assert sources[0] == {"podSelector": {"matchExpressions": [
+            {"key": "app.kubernetes.io/name", "operator": "In", "values": ["api", "fanout-worker"]}]}}
+        assert sources[1] == {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
+        assert sources[2]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
+        assert len(sources) == 3
 
 
 @by_overlay

@@ -452,6 +452,19 @@ def test_fanline_services_use_the_real_engines(svc: Service) -> None:
     assert env["FANLINE_TWEET_STORE_URL"] == "http://tweet-store:8002"
 
 
+@by_service
+def test_every_service_requires_the_internal_credential(svc: Service) -> None:
+    token = environment(compose_service(svc.name)).get("FANLINE_INTERNAL_TOKEN", "")
+    assert token.startswith("${FANLINE_INTERNAL_TOKEN:?"), token
+
+
+def test_only_the_api_and_the_dashboards_are_published() -> None:
+    """The storage services and the worker are reached only inside the
+    project's network: their ports are never published."""
+    published = {name for name, svc in compose()["services"].items() if svc.get("ports")}
+    assert published == {"api", "prometheus", "grafana"}, published
+
+
 def test_api_requires_a_cursor_secret_and_is_published_on_8000() -> None:
     api = compose_service("api")
     secret = environment(api).get("FANLINE_CURSOR_SECRET", "")

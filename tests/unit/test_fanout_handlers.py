@@ -45,6 +45,7 @@ class FakeTweets:
     def __init__(self) -> None:
         self.rows: dict[str, set[str]] = {}
         self.tweets: set[str] = set()
+        self.authors: dict[str, str] = {}  # tweet id -> stored author (default "star")
         self.in_flight = 0
         self.max_in_flight = 0
         self.fail_next = 0
@@ -54,7 +55,7 @@ class FakeTweets:
     async def check_tweet(self, tweet_id: str) -> dict[str, Any]:
         if tweet_id not in self.tweets:
             raise NotFound("gone", code="tweet_not_found")
-        return {"id": tweet_id}
+        return {"id": tweet_id, "username": self.authors.get(tweet_id, "star")}
 
     async def home_add(self, tweet_id: str, author: str, owners: list[str]) -> None:
         if self.fail_next:

@@ -136,9 +136,11 @@ def test_the_workers_tweet_check_does_not_make_the_fanout_yield(tmp_path: Any) -
     from fanline_tweet_store.app import create_app
     from fanline_tweet_store.config import Settings
 
-    settings = Settings.from_env({"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_FANOUT_YIELD_S": "0.05"})
+    token = "unit-test-internal-token"
+    settings = Settings.from_env({"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_FANOUT_YIELD_S": "0.05",
+                                  "FANLINE_INTERNAL_TOKEN": token})
     app = create_app(settings)
-    with TestClient(app) as client:
+    with TestClient(app, headers={"X-Fanline-Internal-Token": token}) as client:
         created = client.post("/internal/tweets", json={"username": "alice", "body": "hi"})
         tweet_id = created.json()["tweet"]["id"]
         time.sleep(0.1)

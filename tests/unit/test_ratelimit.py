@@ -1,18 +1,81 @@
-"""The gateway's token bucket (services/api/ratelimit.py)."""
+"""The gateway's abuse limits (services/api/ratelimit.py): whom a request is
+counted under, the settings, the headers, and the failed-log-in guard. The
+HTTP behaviour is tested end to end in tests/e2e/test_abuse.py."""
 
 from __future__ import annotations
 
-from fanline_api.ratelimit import RateLimitMiddleware
+from typing import Any
+
+import pytest
+
+from fanline_api.ratelimit import Limiter, LoginGuard, RateLimitSettings, client_address
+from fanline_shared.config import ConfigError, Env
+from fanline_shared.errors import RateLimited
 
 
-async def _app(scope, receive, send):  # type: ignore[no-untyped-def]  # pragma: no cover
-    pass
+def scope(peer: str, forwarded: str | None = None) -> dict[str, Any]:
+    headers = [(b"x-forwarded-for", forwarded.encode())] if forwarded is not None else []
+    return {"type": "http", "client": (peer, 5000), "headers": headers}
 
 
-def test_burst_then_refill() -> None:
-    limiter = RateLimitMiddleware(_app, rate_per_s=2.0, burst=3)
-    assert [limiter.take("a", 0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
-    wait = limiter.take("a", 0.0)
-    assert 0.4 < wait <= 0.5
-    assert limiter.take("b", 0.0) == 0.0  # buckets are per client
-    assert limiter.take("a", 0.6) == 0.0  # refilled
+def settings(**env: str) -> RateLimitSettings:
+    return RateLimitSettings.from_env(Env(env))
+
+
+def test_defaults_are_on_and_suit_a_public_deployment() -> None:
+    s = settings()
+    assert s.enabled
+    assert (s.per_user.amount, s.per_user.get_expiry()) == (300, 300)
+    assert (s.per_address.amount, s.per_address.get_expiry()) == (300, 300)
+    assert (s.failed_logins_per_address.amount, s.failed_logins_per_address.get_expiry()) == (25, 300)
+    assert (s.failed_logins_per_username.amount, s.failed_logins_per_username.get_expiry()) == (25, 300)
+    assert s.storage_uri == "memory://" and s.trusted_proxies == ()
+
+
+def test_bad_settings_name_the_variable() -> None:
+    with pytest.raises(ConfigError, match="FANLINE_RATE_LIMIT_PER_USER"):
+        settings(FANLINE_RATE_LIMIT_PER_USER="lots")
+    with pytest.raises(ConfigError, match="FANLINE_TRUSTED_PROXIES"):
+        settings(FANLINE_TRUSTED_PROXIES="10.0.0.0/8, not-an-ip")
+    with pytest.raises(ConfigError, match="FANLINE_RATE_LIMIT_STORAGE"):
+        Limiter(settings(FANLINE_RATE_LIMIT_STORAGE="nosuch://x"))
+
+
+def test_forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy() -> None:
+    assert client_address(scope("203.0.113.9", "198.51.100.1"), ()) == "203.0.113.9"
+    trusted = settings(FANLINE_TRUSTED_PROXIES="10.0.0.0/8").trusted_proxies
+    assert client_address(scope("203.0.113.9", "198.51.100.1"), trusted) == "203.0.113.9"
+    # From the proxy: the nearest hop that is not itself a trusted proxy;
+    # whatever the client put further left is not believed.
+    assert client_address(scope("10.1.2.3", "1.1.1.1, 198.51.100.1"), trusted) == "198.51.100.1"
+    assert client_address(scope("10.1.2.3", "198.51.100.1, 10.9.9.9"), trusted) == "198.51.100.1"
+    assert client_address(scope("10.1.2.3", "garbage, 198.51.100.1"), trusted) == "198.51.100.1"
+    assert client_address(scope("10.1.2.3"), trusted) == "10.1.2.3"
+
+
+def test_ipv6_clients_are_counted_per_64() -> None:
+    a = client_address(scope("2001:db8:1:2::1"), ())
+    b = client_address(scope("2001:db8:1:2:ffff::9"), ())
+    assert a == b == "2001:db8:1:2::/64"
+    assert client_address(scope("2001:db8:1:3::1"), ()) != a
+    assert client_address(scope("::ffff:192.0.2.7"), ()) == "192.0.2.7"
+
+
+async def test_failed_logins_are_limited_per_username_and_per_address() -> None:
+    guard = LoginGuard(Limiter(settings(FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME="3 per minute",
+                                        FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS="5 per minute")))
+    for _ in range(3):
+        await guard.check("Alice", "192.0.2.1")
+        await guard.failed("Alice", "192.0.2.1")
+    # The name is spent, from any address and in any case...
+    with pytest.raises(RateLimited) as caught:
+        await guard.check("alice", "192.0.2.99")
+    assert caught.value.retry_after >= 1
+    assert caught.value.headers["RateLimit-Limit"] == "3" and caught.value.headers["RateLimit-Remaining"] == "0"
+    # ...the address has two failures left for other names, then is spent too.
+    for name in ("bob", "carol"):
+        await guard.check(name, "192.0.2.1")
+        await guard.failed(name, "192.0.2.1")
+    with pytest.raises(RateLimited):
+        await guard.check("dave", "192.0.2.1")
+    await guard.check("dave", "192.0.2.2")  # another address is not affected

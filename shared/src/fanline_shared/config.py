@@ -20,6 +20,43 @@ class ConfigError(ValueError):
     """A variable is present but unusable; the message names it."""
 
 
+# FANLINE_ENV: "development" (the default: laptops, tests, `make run`) or
+# "production" (set by the production overlay of deploy/k8s and expected of
+# any real deployment). In production a service refuses to start with a
+# development or placeholder secret instead of running with a known one.
+ENVIRONMENTS = ("development", "production")
+# Values that only ever appear in examples; never accepted in production.
+_PLACEHOLDER_MARKS = ("replace-me", "change-me", "changeme", "example", "placeholder", "fanline-dev")
+INTERNAL_TOKEN_MIN = 16
+
+
+def is_production(env: Env) -> bool:
+    return env.choice("FANLINE_ENV", "development", ENVIRONMENTS) == "production"
+
+
+def looks_like_placeholder(value: str) -> bool:
+    lowered = value.lower()
+    return any(mark in lowered for mark in _PLACEHOLDER_MARKS)
+
+
+def internal_token(env: Env) -> str | None:
+    """``FANLINE_INTERNAL_TOKEN``: the credential every ``/internal`` request
+    carries (see ``internal_auth``). Unset means "none": the storage services
+    then refuse every internal request (fail closed), and production refuses
+    to start. It travels in an HTTP header, so only visible ASCII."""
+    value = env.string("FANLINE_INTERNAL_TOKEN", "")
+    if not value:
+        if is_production(env):
+            raise ConfigError("FANLINE_INTERNAL_TOKEN must be set in production (FANLINE_ENV=production)")
+        return None
+    if len(value) < INTERNAL_TOKEN_MIN or not all(0x21 <= ord(c) <= 0x7E for c in value):
+        raise ConfigError(f"FANLINE_INTERNAL_TOKEN must be at least {INTERNAL_TOKEN_MIN} visible ASCII characters")
+    if is_production(env) and looks_like_placeholder(value):
+        raise ConfigError("FANLINE_INTERNAL_TOKEN is a placeholder; production needs a random value "
+                          "(e.g. openssl rand -hex 32)")
+    return value
+
+
 class Env:
     """Typed reads of one environment mapping, with the variable named on error."""
 
@@ -185,6 +222,8 @@ class PeerSettings:
     social_graph_url: str
     tweet_store_url: str
     timeout_s: float
+    # Sent on every request to a peer (FANLINE_INTERNAL_TOKEN); None sends none.
+    internal_token: str | None = None
 
     @classmethod
     def from_env(cls, env: Env) -> PeerSettings:
@@ -192,4 +231,5 @@ class PeerSettings:
             social_graph_url=env.string("FANLINE_SOCIAL_GRAPH_URL", "http://127.0.0.1:8001").rstrip("/"),
             tweet_store_url=env.string("FANLINE_TWEET_STORE_URL", "http://127.0.0.1:8002").rstrip("/"),
             timeout_s=env.number("FANLINE_PEER_TIMEOUT_S", 10.0, positive=True),
+            internal_token=internal_token(env),
         )

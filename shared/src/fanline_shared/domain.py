@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 from .errors import InvalidInput
 
-USERNAME_RE = re.compile(r"^[A-Za-z0-9_]{1,15}$")
+# Always used with fullmatch: with match(), "$" also matches before a final
+# newline, and "carol\n" was accepted as a username.
+USERNAME_RE = re.compile(r"[A-Za-z0-9_]{1,15}")
 PASSWORD_MIN, PASSWORD_MAX = 8, 256
 BODY_MAX = 280
 LIMIT_MIN, LIMIT_MAX, LIMIT_DEFAULT = 1, 100, 20
@@ -25,7 +27,7 @@ _UUID_EPOCH = datetime(1582, 10, 15, tzinfo=UTC)
 
 def validate_username(value: object) -> str:
     """Return the username as given (display case) or raise ``invalid_username``."""
-    if not isinstance(value, str) or not USERNAME_RE.match(value):
+    if not isinstance(value, str) or not USERNAME_RE.fullmatch(value):
         raise InvalidInput(
             "username must be 1-15 characters of A-Z, a-z, 0-9 and _", code="invalid_username"
         )
@@ -33,7 +35,7 @@ def validate_username(value: object) -> str:
 
 
 def is_valid_username(value: str) -> bool:
-    return bool(USERNAME_RE.match(value))
+    return isinstance(value, str) and USERNAME_RE.fullmatch(value) is not None
 
 
 def validate_password(value: object) -> str:

@@ -71,6 +71,7 @@ class RateLimited(DomainError):
     def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+        self.headers: dict[str, str] = {}  # e.g. RateLimit-*, added to the response
 
 
 class Unavailable(DomainError):

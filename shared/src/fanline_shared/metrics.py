@@ -187,6 +187,23 @@ STREAM_UPDATE_LATENCY = Histogram(
     buckets=LONG_BUCKETS,
 )
 STREAM_EVENTS = Counter("fanline_stream_events_total", "Events sent on streams", ["kind", "event"])
+INTERNAL_AUTH_FAILURES = Counter(
+    "fanline_internal_auth_failures_total",
+    "Requests to /internal refused for a missing or wrong service credential", ["service"],
+)
+RATE_LIMITED = Counter(
+    "fanline_rate_limited_total", "Requests answered 429 by the gateway's abuse limits", ["limit"]
+)
+ARGON2_REFUSED = Counter(
+    "fanline_argon2_refused_total", "Password hashes refused (503) because the argon2 memory budget was in use"
+)
+ARGON2_IN_USE = Gauge(
+    "fanline_argon2_in_use", "argon2 hashes running now (each holds its memory cost)", multiprocess_mode="livesum"
+)
+FORGED_EVENTS = Counter(
+    "fanline_events_forged_total",
+    "Events dropped by the fan-out worker because they disagree with the stored state (e.g. author)", ["type"],
+)
 
 
 def render() -> tuple[bytes, str]:

@@ -13,6 +13,7 @@ post and timeline read makes two or three of them.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -24,7 +25,11 @@ import orjson
 from . import metrics
 from .domain import OutboxEvent
 from .errors import DomainError, NotFound, Unavailable, from_status
+from .internal_auth import CODE as INTERNAL_UNAUTHORIZED
+from .internal_auth import auth_headers
 from .policies import PEER_REQUEST, RetryPolicy, retry
+
+log = logging.getLogger(__name__)
 
 
 def event_to_json(event: OutboxEvent) -> dict[str, Any]:
@@ -42,11 +47,14 @@ BACKGROUND = "background"  # the header's value for background work
 
 
 class PeerClient:
-    """One peer service reached over HTTP (keep-alive pooled)."""
+    """One peer service reached over HTTP (keep-alive pooled). ``token``: the
+    service credential (``FANLINE_INTERNAL_TOKEN``) sent on every request."""
 
-    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float) -> None:
+    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float, *,
+                 token: str | None = None) -> None:
         self._service = service
         self._peer = peer
+        self._auth = auth_headers(token)
         self._base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         # Created on first use: an aiohttp session belongs to the running loop.
@@ -90,6 +98,7 @@ class PeerClient:
             started = time.perf_counter()
             content = orjson.dumps(json) if json is not None else None
             req_headers = {"content-type": "application/json"} if content is not None else {}
+            req_headers.update(self._auth)
             if headers:
                 req_headers.update(headers)
             try:
@@ -114,6 +123,13 @@ class PeerClient:
                 if status >= 500:
                     metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
                 err = (body or {}).get("error", {}) if isinstance(body, dict) else {}
+                if status == 401 and err.get("code") == INTERNAL_UNAUTHORIZED:
+                    # Our credential, not the user's: a deployment error,
+                    # shown as 503 (the worker waits), never as the user's 401.
+                    metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
+                    log.error("%s refused %s's service credential: set the same FANLINE_INTERNAL_TOKEN "
+                              "on every service", self._peer, self._service)
+                    raise Unavailable(f"{self._peer} unavailable (service credential refused)")
                 raise from_status(
                     status,
                     str(err.get("code", "error")),
@@ -129,8 +145,8 @@ class PeerClient:
 class SocialGraphClient(PeerClient):
     """The social-graph internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float) -> None:
-        super().__init__(service, "social-graph", base_url, timeout_s)
+    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None) -> None:
+        super().__init__(service, "social-graph", base_url, timeout_s, token=token)
 
     async def create_user(self, username: str, password: str) -> dict[str, Any]:
         return await self.call("POST", "/internal/users", operation="create_user",
@@ -215,8 +231,8 @@ class SocialGraphClient(PeerClient):
 class TweetStoreClient(PeerClient):
     """The tweet-store internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float) -> None:
-        super().__init__(service, "tweet-store", base_url, timeout_s)
+    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None) -> None:
+        super().__init__(service, "tweet-store", base_url, timeout_s, token=token)
 
     async def create_tweet(self, username: str, body: str, idempotency_key: str | None) -> dict[str, Any]:
         payload: dict[str, Any] = {"username": username, "body": body}

@@ -73,6 +73,10 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
         # httptools (C) parses requests for a fraction of h11's (pure Python) CPU.
         http="httptools",
         access_log=False,
+        # The client address is the socket's: X-Forwarded-For is honoured
+        # only by the gateway, only from FANLINE_TRUSTED_PROXIES (uvicorn
+        # would otherwise trust it from any loopback caller).
+        proxy_headers=False,
         log_level="warning",
         timeout_graceful_shutdown=10,
         # Longer than any client's idle keep-alive (peers: 15 s), so the client

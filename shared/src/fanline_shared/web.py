@@ -15,7 +15,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from . import metrics
 from .errors import BadRequest, DomainError, PayloadTooLarge, status_of
@@ -38,7 +38,7 @@ def error_body(code: str, message: str) -> dict[str, Any]:
 
 def error_response(error: DomainError) -> Response:
     status = status_of(error)
-    headers = {}
+    headers = dict(getattr(error, "headers", None) or {})
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
@@ -105,10 +105,15 @@ async def read_json_object(request: Request, max_bytes: int = MAX_BODY_BYTES) ->
     return value
 
 
-def ops_routes(service: str, checks: Mapping[str, ReadinessCheck]) -> list[Route]:
+def ops_routes(service: str, checks: Mapping[str, ReadinessCheck], *, public: bool = False) -> list[Route]:
     """``/healthz`` (process alive), ``/readyz`` (every dependency answers) and
     ``/metrics``. ``checks`` maps a dependency name to a coroutine that raises
-    when that dependency is unavailable."""
+    when that dependency is unavailable.
+
+    ``public``: the port faces the Internet (the gateway). ``/readyz`` then
+    names a failing dependency but not why (error texts can carry internal
+    host names and ports); the details go to the log instead. The internal
+    services' ports answer with the details."""
 
     async def healthz(_: Request) -> Response:
         return json_response({"status": "ok", "service": service})
@@ -123,7 +128,11 @@ def ops_routes(service: str, checks: Mapping[str, ReadinessCheck]) -> list[Route
         if failing:
             names = ", ".join(sorted(failing))
             body = error_body("unavailable", f"not ready: {names} unavailable")
-            body["dependencies"] = failing
+            if public:
+                log.warning("not ready: %s", failing)
+                body["dependencies"] = {name: "unavailable" for name in failing}
+            else:
+                body["dependencies"] = failing
             return json_response(body, 503, {"Retry-After": "1"})
         return json_response({"status": "ready", "service": service, "dependencies": sorted(checks)})
 
@@ -144,8 +153,22 @@ async def http_exception_handler(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return json_response(error_body("not_found", f"no route {request.url.path}"), 404)
     if exc.status_code == 405:
-        return json_response(error_body("method_not_allowed", f"{request.method} not allowed here"), 405)
-    return json_response(error_body("error", str(exc.detail)), exc.status_code)
+        allow = ", ".join(allowed_methods(request))
+        return json_response(error_body("method_not_allowed", f"{request.method} not allowed here"), 405,
+                             {"Allow": allow})
+    return json_response(error_body("error", str(exc.detail)), exc.status_code, exc.headers)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (RFC 9110: a 405 lists
+    them in ``Allow``). Starlette's own ``Allow`` names only the first route
+    that matched the path, and our routes are one per method."""
+    methods: set[str] = set()
+    for candidate in getattr(request.app, "routes", ()):
+        match, _ = candidate.matches(request.scope)
+        if match != Match.NONE:
+            methods.update(getattr(candidate, "methods", None) or ())
+    return sorted(methods)
 
 
 async def internal_error_handler(request: Request, exc: Exception) -> Response:

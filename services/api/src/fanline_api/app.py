@@ -18,7 +18,7 @@ from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
 from fanline_shared.domain import validate_limit
-from fanline_shared.errors import Unavailable
+from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
 from fanline_shared.kafka import EventPublisher, ensure_topics
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
@@ -32,7 +32,7 @@ from .deadline import bounded
 from .gateway import Gateway
 from .live import Hub
 from .openapi import openapi_document
-from .ratelimit import RateLimitMiddleware
+from .ratelimit import ADDRESS_STATE, Limiter, LoginGuard, RateLimitMiddleware
 from .tap import EventTap
 
 SERVICE = "api"
@@ -43,6 +43,27 @@ log = logging.getLogger(__name__)
 
 def gw(request: Request) -> Gateway:
     return request.app.state.gateway  # type: ignore[no-any-return]
+
+
+# --- query parameters -------------------------------------------------------------
+
+
+def query(request: Request, name: str) -> str | None:
+    """One query parameter; given twice it is ambiguous, so refused (422 for
+    ``limit`` and the lists, 400 for a cursor) instead of taking either."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        if name == "cursor":
+            raise BadRequest("cursor given more than once", code="invalid_cursor")
+        raise InvalidInput(f"{name} given more than once", code=f"invalid_{name}")
+    return values[0] if values else None
+
+
+def limit_param(request: Request) -> int:
+    raw = query(request, "limit")
+    if raw is not None and raw == "":
+        raise InvalidInput("limit must be an integer 1-100", code="invalid_limit")
+    return validate_limit(raw)
 
 
 # --- users and sessions ---------------------------------------------------------
@@ -57,15 +78,20 @@ async def get_user(request: Request) -> Response:
 
 
 async def list_users(request: Request) -> Response:
-    params = request.query_params
-    if "prefix" in params:
-        limit = validate_limit(params.get("limit"))
-        return json_response({"items": await gw(request).search(params["prefix"], limit)})
-    return json_response({"items": await gw(request).users(params.get("usernames"))})
+    limit = limit_param(request)  # checked even where unused: 1-100 or 422
+    prefix, usernames = query(request, "prefix"), query(request, "usernames")
+    if prefix is not None:
+        return json_response({"items": await gw(request).search(prefix, limit)})
+    return json_response({"items": await gw(request).users(usernames)})
+
+
+def client_address(request: Request) -> str:
+    """The client's address as the rate limiter decided it (trusted proxies)."""
+    return str(getattr(request.state, ADDRESS_STATE, None) or "unknown")
 
 
 async def create_session(request: Request) -> Response:
-    return json_response(await gw(request).login(await read_json_object(request)))
+    return json_response(await gw(request).login(await read_json_object(request), client_address(request)))
 
 
 async def delete_session(request: Request) -> Response:
@@ -78,10 +104,8 @@ async def delete_session(request: Request) -> Response:
 
 def edges(direction: str):  # type: ignore[no-untyped-def]
     async def handler(request: Request) -> Response:
-        limit = validate_limit(request.query_params.get("limit"))
-        page = await gw(request).edges(
-            request.path_params["username"], direction, limit, request.query_params.get("cursor")
-        )
+        limit = limit_param(request)
+        page = await gw(request).edges(request.path_params["username"], direction, limit, query(request, "cursor"))
         return json_response(page)
 
     return handler
@@ -124,9 +148,9 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
     async def handler(request: Request) -> Response:
         g = gw(request)
         owner = request.path_params.get("username")
-        limit = validate_limit(request.query_params.get("limit"))
-        cursor = request.query_params.get("cursor")
-        since_id = request.query_params.get("since_id")
+        limit = limit_param(request)
+        cursor = query(request, "cursor")
+        since_id = query(request, "since_id")
         if kind == "home":
             page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor,
                                                        since_id)
@@ -147,11 +171,14 @@ async def openapi(_: Request) -> Response:
 
 
 def create_app(settings: Settings) -> Starlette:
+    limiter = Limiter(settings.rate_limits)
+    logins = LoginGuard(limiter) if settings.rate_limits.enabled else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         peers = settings.peers
-        social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s)
-        tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s)
+        social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
+        tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
         publisher = EventPublisher(settings.kafka)
         relay = OutboxRelay(
             publisher,
@@ -160,7 +187,7 @@ def create_app(settings: Settings) -> Starlette:
             stale_after_ms=settings.relay_stale_after_ms,
             ack_when_applied=settings.kafka.ack_when_applied,
         )
-        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret))
+        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
         # Live streams (live.py, tap.py): every replica taps the whole events topic.
         hub = Hub(settings.live, social, tweets) if settings.live.enabled else None
         tap = EventTap(settings.kafka, hub) if hub is not None else None
@@ -218,13 +245,14 @@ def create_app(settings: Settings) -> Starlette:
         route(S, "/v1/public", bounded(timeline("public"), R), ["GET"]),
         *streaming.routes(S),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}),
+        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka},
+                    public=True),
     ]
     # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
     routes += webui.routes(settings)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    if settings.rate_limit_per_s > 0:
-        app.add_middleware(RateLimitMiddleware, rate_per_s=settings.rate_limit_per_s, burst=settings.rate_limit_burst)
+    # Always installed: with limits off it still records the client address.
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, session_cookie=webui.SESSION_COOKIE)
     return app
 
 

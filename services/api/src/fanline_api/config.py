@@ -5,12 +5,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fanline_shared.config import Env, HttpSettings, KafkaSettings, PeerSettings
+from fanline_shared.config import (
+    ConfigError,
+    Env,
+    HttpSettings,
+    KafkaSettings,
+    PeerSettings,
+    is_production,
+    looks_like_placeholder,
+)
 from fanline_shared.policies import GATEWAY_PASSWORD_REQUEST, GATEWAY_REQUEST, RequestDeadline
+
+from .ratelimit import RateLimitSettings
 
 # Only for laptops and tests: production must set FANLINE_CURSOR_SECRET (the
 # same value on every gateway replica) so cursors verify across replicas.
+# With FANLINE_ENV=production the gateway refuses to start without one.
 DEV_CURSOR_SECRET = "fanline-dev-cursor-secret-change-me"
+CURSOR_SECRET_MIN = 32
+
+
+def cursor_secret(env: Env) -> bytes:
+    """FANLINE_CURSOR_SECRET: HMAC key of the paging cursors and of the web
+    pages' CSRF tokens. The development default is public (it is in this
+    file), so production refuses it, any placeholder, and short values."""
+    value = env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET)
+    if is_production(env):
+        if value == DEV_CURSOR_SECRET or looks_like_placeholder(value):
+            raise ConfigError("FANLINE_CURSOR_SECRET is the development value or a placeholder; production "
+                              "(FANLINE_ENV=production) needs a random one, e.g. openssl rand -hex 32")
+        if len(value) < CURSOR_SECRET_MIN:
+            raise ConfigError(f"FANLINE_CURSOR_SECRET must be at least {CURSOR_SECRET_MIN} characters in production")
+    return value.encode()
 
 
 @dataclass(frozen=True)
@@ -40,8 +66,7 @@ class Settings:
     cursor_secret: bytes
     relay_interval_s: float
     relay_stale_after_ms: int
-    rate_limit_per_s: float
-    rate_limit_burst: int
+    rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
     request_deadline: RequestDeadline = GATEWAY_REQUEST
@@ -54,12 +79,10 @@ class Settings:
             http=HttpSettings.from_env(env, "API", 8000),
             kafka=KafkaSettings.from_env(env),
             peers=PeerSettings.from_env(env),
-            cursor_secret=env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET).encode(),
+            cursor_secret=cursor_secret(env),
             relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0, positive=True),
             relay_stale_after_ms=env.integer("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
-            # Per client address; 0 disables rate limiting.
-            rate_limit_per_s=env.number("FANLINE_RATE_LIMIT_PER_S", 0.0),
-            rate_limit_burst=env.integer("FANLINE_RATE_LIMIT_BURST", 100, minimum=1),
+            rate_limits=RateLimitSettings.from_env(env),
             ensure_topics=env.boolean("FANLINE_ENSURE_TOPICS", True),
             request_deadline=RequestDeadline(
                 GATEWAY_REQUEST.name,

@@ -28,6 +28,7 @@ from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
 
 from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
+from .ratelimit import LoginGuard
 
 
 def _user_not_found(username: str) -> NotFound:
@@ -35,10 +36,13 @@ def _user_not_found(username: str) -> NotFound:
 
 
 def validate_idempotency_key(value: str | None) -> str | None:
-    """1-64 printable ASCII characters, or ``invalid_idempotency_key``."""
+    """1-64 printable ASCII characters, not starting or ending with a
+    space, or ``invalid_idempotency_key``."""
     if value is None:
         return None
-    if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value):
+    # Edge spaces are refused too: HTTP may strip them on the way, so such a
+    # key would not mean the same to every hop (OpenAPI states the pattern).
+    if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value) or value != value.strip(" "):
         raise InvalidInput("Idempotency-Key must be 1-64 printable ASCII characters",
                            code="invalid_idempotency_key")
     return value
@@ -46,7 +50,8 @@ def validate_idempotency_key(value: str | None) -> str | None:
 
 class Gateway:
     def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, publisher: EventPublisher,
-                 relay: OutboxRelay, cursors: CursorCodec) -> None:
+                 relay: OutboxRelay, cursors: CursorCodec, logins: LoginGuard | None = None) -> None:
+        self.logins = logins
         self.social = social
         self.tweets = tweets
         self.publisher = publisher
@@ -113,8 +118,19 @@ class Gateway:
         counts = await self.tweets.counts([p["username"] for p in profiles])
         return [{**p, "tweets_count": counts.get(canonical(p["username"]), 0)} for p in profiles]
 
-    async def login(self, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.social.login(body.get("username"), body.get("password"))  # type: ignore[arg-type]
+    async def login(self, body: dict[str, Any], address: str = "unknown") -> dict[str, Any]:
+        """A session, or ``Unauthorized``; ``RateLimited`` once this username
+        or ``address`` (the client's) has used up its failed log-ins — then
+        no password is even hashed."""
+        username = body.get("username")
+        if self.logins is not None:
+            await self.logins.check(username, address)
+        try:
+            return await self.social.login(username, body.get("password"))  # type: ignore[arg-type]
+        except Unauthorized:
+            if self.logins is not None:
+                await self.logins.failed(username, address)
+            raise
 
     async def authenticate(self, authorization: str | None) -> str:
         """The token's username, or ``Unauthorized``."""
@@ -130,7 +146,9 @@ class Gateway:
     def bearer(authorization: str | None) -> str:
         scheme, _, token = (authorization or "").partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token or len(token) > 200 or not token.isascii():
+        # Visible ASCII only: a token is forwarded in a header, and a control
+        # character (a crafted cookie "a\012b") must be a 401, not a 500.
+        if scheme.lower() != "bearer" or not token or len(token) > 200 or not _visible_ascii(token):
             raise Unauthorized("missing or malformed bearer token", code="unauthorized")
         return token
 
@@ -258,6 +276,10 @@ class Gateway:
         if canonical(follower) == canonical(followee):
             return False
         return await self.social.is_following(follower, followee)
+
+
+def _visible_ascii(value: str) -> bool:
+    return all(0x21 <= ord(c) <= 0x7E for c in value)
 
 
 def new_request_id() -> str:

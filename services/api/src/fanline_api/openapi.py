@@ -39,17 +39,53 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return out
 
 
+def _header(description: str, required: bool = False) -> dict[str, Any]:
+    return {"description": description, "required": required, "schema": {"type": "integer", "minimum": 0}}
+
+
+# api.md "Rate limits": on by default, so any limited operation may answer
+# 429; the RateLimit-* headers come with every response while limits are on
+# (FANLINE_RATE_LIMITS, the default), hence documented but not required.
+LIMIT_HEADERS = {
+    "RateLimit-Limit": _header("Requests allowed in the current window"),
+    "RateLimit-Remaining": _header("Requests left in the current window"),
+    "RateLimit-Reset": _header("Seconds until the window frees capacity"),
+}
+RETRY_AFTER = {"Retry-After": _header("Seconds to wait before retrying", required=True)}
+
+
+def _add_limit_headers(paths: dict[str, Any]) -> None:
+    """Every /v1 operation: may be rate limited (429) or find a dependency
+    down (503, both with Retry-After); every response documents the
+    RateLimit-* headers."""
+    for path, item in paths.items():
+        if not path.startswith("/v1/"):
+            continue
+        for op in item.values():
+            responses = op["responses"]
+            responses.setdefault("429", _error("Rate limited"))
+            responses.setdefault("503", _error("A dependency is unavailable"))
+            for status, response in responses.items():
+                extra = RETRY_AFTER if status in ("429", "503") else {}
+                response["headers"] = {**LIMIT_HEADERS, **extra}
+
+
 PATH_USERNAME = {"name": "username", "in": "path", "required": True, "schema": USERNAME}
 PATH_TARGET = {"name": "target", "in": "path", "required": True, "schema": USERNAME}
 PATH_TWEET = {"name": "tweet_id", "in": "path", "required": True,
               "schema": {"type": "string", "format": "uuid"}, "description": "Version-1 UUID"}
 LIMIT = {"name": "limit", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX, "default": LIMIT_DEFAULT}}
-CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
+# Never empty: the server produces none, and "cursor=" is refused (400).
+CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string", "minLength": 1},
           "description": "The previous page's next_cursor, unchanged"}
 SINCE_ID = {"name": "since_id", "in": "query", "required": False, "schema": {"type": "string", "format": "uuid"},
             "description": "Only tweets strictly newer than this tweet id; next_cursor never pages past it "
                            "(malformed: 422 invalid_since_id)"}
+# At least one character that str.strip() keeps, and no NUL: the rules of
+# domain.validate_body that a schema can state (the 280-code-point bound is
+# on the trimmed text, so it is in the description only).
+BODY_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 AUTH: list[dict[str, list[str]]] = [{"bearer": []}]
 
 
@@ -111,7 +147,8 @@ def openapi_document(version: str) -> dict[str, Any]:
             "items": {"type": "array", "items": _ref("Edge")},
             "next_cursor": {"type": ["string", "null"]}}},
         "NewTweet": {"type": "object", "required": ["body"], "properties": {
-            "body": {"type": "string", "description": f"1-{BODY_MAX} code points after trimming"}}},
+            "body": {"type": "string", "minLength": 1, "pattern": BODY_PATTERN,
+                     "description": f"1-{BODY_MAX} code points after trimming surrounding white space"}}},
         "Tweet": {"type": "object", "required": ["id", "username", "body", "created_at"], "properties": {
             "id": {"type": "string", "format": "uuid"}, "username": USERNAME,
             "body": {"type": "string"}, "created_at": TIME}},
@@ -159,7 +196,9 @@ def openapi_document(version: str) -> dict[str, Any]:
         "/v1/tweets": {"post": {
             "summary": "Post a tweet", "security": AUTH,
             "parameters": [{"name": "Idempotency-Key", "in": "header", "required": False,
-                            "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 64,
+                                       # printable ASCII; no edge spaces (HTTP strips them)
+                                       "pattern": "^[!-~]([ -~]*[!-~])?$"},
                             "description": "Repeats within 24 h return the first tweet"}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("NewTweet")}}},
             "responses": {"201": _json(_ref("Tweet"), "Created"),
@@ -182,6 +221,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                              "responses": {"200": {"description": "text/plain exposition format"}}}},
         "/openapi.json": {"get": {"summary": "This document", "responses": ops_ok}},
     }
+    _add_limit_headers(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Fanline API", "version": version,

@@ -1,54 +1,312 @@
-"""Per-client token-bucket rate limiting (off unless FANLINE_RATE_LIMIT_PER_S > 0).
+"""Abuse limits of the public API and web pages (api.md, "Rate limits").
 
-One bucket per client address, kept in memory per gateway process; behind a
-load balancer, set the limit per replica. Over the limit: ``429 rate_limited``
-with ``Retry-After``. Operations endpoints are never limited.
+On by default. Built on the ``limits`` library (sliding-window counters: a
+fixed window's double burst at the window edge without a moving window's
+per-request memory). Every response of a limited route carries
+``RateLimit-Limit``, ``RateLimit-Remaining`` and ``RateLimit-Reset``
+(seconds); over the limit: ``429 rate_limited`` with ``Retry-After`` too.
+
+Who is counted:
+
+* an authenticated request (a bearer token, or the web pages' session
+  cookie) per **user** — the token is verified with social-graph once and the
+  answer cached for a minute, so a forged token never charges someone else's
+  budget, and an unverified one counts against its address;
+* any other request per **client address**: the socket's peer, or — only when
+  that peer is listed in ``FANLINE_TRUSTED_PROXIES`` — the nearest address in
+  ``X-Forwarded-For`` that is not itself a trusted proxy. IPv6 clients are
+  counted per /64 (one subscriber's usual allocation);
+* failed log-ins, in addition, per username and per address
+  (``LoginGuard``): once either is spent, log-ins for that name or from that
+  address are refused with 429 before any password is hashed.
+
+Counters live in memory by default, so with several gateway replicas each
+replica counts separately (a client spread over N replicas by the load
+balancer gets up to N times the limit). ``FANLINE_RATE_LIMIT_STORAGE`` points
+every replica at one shared backend instead, e.g. ``redis://redis:6379``
+(needs ``pip install "limits[async-redis]"`` in the image).
+Operations routes, ``/openapi.json`` and ``/static`` are never limited.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from cachetools import TTLCache
+from limits import RateLimitItem, parse
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+from limits.errors import ConfigurationError
+from limits.storage import storage_from_string
+from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fanline_shared import metrics
+from fanline_shared.config import ConfigError, Env
+from fanline_shared.domain import canonical, is_valid_username
+from fanline_shared.errors import DomainError, RateLimited, Unauthorized
 from fanline_shared.web import error_body, json_response
 
-_EXEMPT = ("/healthz", "/readyz", "/metrics")
-_MAX_CLIENTS = 100_000
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_EXEMPT = ("/healthz", "/readyz", "/metrics", "/openapi.json")
+_EXEMPT_PREFIXES = ("/static/",)
+# The client address, as this module decided it, for the handlers.
+ADDRESS_STATE = "client_address"
+
+# Mastodon's defaults for a public server: 300 requests per 5 minutes per
+# account and per address, 25 failed log-ins per 5 minutes per address.
+DEFAULT_PER_USER = "300 per 5 minutes"
+DEFAULT_PER_ADDRESS = "300 per 5 minutes"
+DEFAULT_FAILED_LOGINS_PER_ADDRESS = "25 per 5 minutes"
+DEFAULT_FAILED_LOGINS_PER_USERNAME = "25 per 5 minutes"
+
+
+def _item(env: Env, name: str, default: str) -> RateLimitItem:
+    raw = env.string(name, default)
+    try:
+        return parse(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must look like '300 per 5 minutes', got {raw!r}") from None
+
+
+def _networks(raw: str) -> tuple[Network, ...]:
+    out = []
+    for part in raw.split(","):
+        if part.strip():
+            try:
+                out.append(ipaddress.ip_network(part.strip(), strict=False))
+            except ValueError:
+                raise ConfigError(f"FANLINE_TRUSTED_PROXIES: {part.strip()!r} is not an address or network") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class RateLimitSettings:
+    enabled: bool
+    per_user: RateLimitItem
+    per_address: RateLimitItem
+    failed_logins_per_address: RateLimitItem
+    failed_logins_per_username: RateLimitItem
+    storage_uri: str
+    trusted_proxies: tuple[Network, ...]
+
+    @classmethod
+    def from_env(cls, env: Env) -> RateLimitSettings:
+        return cls(
+            enabled=env.boolean("FANLINE_RATE_LIMITS", True),
+            per_user=_item(env, "FANLINE_RATE_LIMIT_PER_USER", DEFAULT_PER_USER),
+            per_address=_item(env, "FANLINE_RATE_LIMIT_PER_ADDRESS", DEFAULT_PER_ADDRESS),
+            failed_logins_per_address=_item(env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS",
+                                            DEFAULT_FAILED_LOGINS_PER_ADDRESS),
+            failed_logins_per_username=_item(env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME",
+                                             DEFAULT_FAILED_LOGINS_PER_USERNAME),
+            storage_uri=env.string("FANLINE_RATE_LIMIT_STORAGE", "memory://"),
+            trusted_proxies=_networks(env.string("FANLINE_TRUSTED_PROXIES", "")),
+        )
+
+
+# --- client addresses ------------------------------------------------------------
+
+
+def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    raw = raw.strip()
+    if raw.startswith("[") and "]" in raw:  # [v6]:port
+        raw = raw[1:raw.index("]")]
+    elif raw.count(":") == 1:  # v4:port
+        raw = raw.split(":", 1)[0]
+    try:
+        return ipaddress.ip_address(raw)
+    except ValueError:
+        return None
+
+
+def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
+    """The address a request is counted under (see the module docstring)."""
+    peer_raw = (scope.get("client") or ("unknown", 0))[0]
+    peer = _parse_ip(str(peer_raw))
+    if peer is None:
+        return str(peer_raw)
+    if trusted and any(peer in net for net in trusted):
+        forwarded = ",".join(Headers(scope=scope).getlist("x-forwarded-for"))
+        for hop in reversed([h for h in forwarded.split(",") if h.strip()]):
+            ip = _parse_ip(hop)
+            if ip is None:
+                break  # garbage from the client side: stop at the last good hop
+            peer = ip
+            if not any(ip in net for net in trusted):
+                break
+    if peer.version == 6:
+        if peer.ipv4_mapped is not None:
+            return str(peer.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{peer}/64", strict=False))
+    return str(peer)
+
+
+# --- the limiter ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_s: int
+
+    def headers(self) -> dict[str, str]:
+        out = {"RateLimit-Limit": str(self.limit), "RateLimit-Remaining": str(self.remaining),
+               "RateLimit-Reset": str(self.reset_s)}
+        if not self.allowed:
+            out["Retry-After"] = str(max(1, self.reset_s))
+        return out
+
+
+class Limiter:
+    """The counters (``limits`` storage + strategy) and the decisions."""
+
+    def __init__(self, settings: RateLimitSettings) -> None:
+        self.settings = settings
+        uri = settings.storage_uri
+        try:
+            storage = storage_from_string(uri if uri.startswith("async+") else f"async+{uri}")
+        except ConfigurationError as exc:
+            raise ConfigError(f"FANLINE_RATE_LIMIT_STORAGE {uri!r}: {exc}") from None
+        self._strategy = SlidingWindowCounterRateLimiter(storage)
+
+    async def hit(self, item: RateLimitItem, *key: str) -> Decision:
+        allowed = await self._strategy.hit(item, *key)
+        return await self._decision(allowed, item, *key)
+
+    async def test(self, item: RateLimitItem, *key: str) -> Decision:
+        allowed = await self._strategy.test(item, *key)
+        return await self._decision(allowed, item, *key)
+
+    async def _decision(self, allowed: bool, item: RateLimitItem, *key: str) -> Decision:
+        stats = await self._strategy.get_window_stats(item, *key)
+        reset = max(0, math.ceil(stats.reset_time - time.time()))
+        return Decision(allowed, item.amount, max(0, stats.remaining), reset)
+
+
+class LoginGuard:
+    """Failed log-ins per username and per address (used by ``Gateway.login``)."""
+
+    def __init__(self, limiter: Limiter) -> None:
+        self._limiter = limiter
+        s = limiter.settings
+        self._per_address = s.failed_logins_per_address
+        self._per_username = s.failed_logins_per_username
+
+    def _keys(self, username: object, address: str) -> list[tuple[RateLimitItem, str, str]]:
+        keys = [(self._per_address, "failed-login-address", address)]
+        if isinstance(username, str) and is_valid_username(username):
+            keys.append((self._per_username, "failed-login-username", canonical(username)))
+        return keys
+
+    async def check(self, username: object, address: str) -> None:
+        """``RateLimited`` if this name or address has no failed log-in left."""
+        for item, kind, key in self._keys(username, address):
+            decision = await self._limiter.test(item, kind, key)
+            if not decision.allowed:
+                metrics.RATE_LIMITED.labels(kind).inc()
+                error = RateLimited("too many failed log-ins; try again later", retry_after=max(1, decision.reset_s),
+                                    code="rate_limited")
+                error.headers = decision.headers()
+                raise error
+
+    async def failed(self, username: object, address: str) -> None:
+        for item, kind, key in self._keys(username, address):
+            await self._limiter.hit(item, kind, key)
+
+
+# --- the middleware ------------------------------------------------------------------
+
+Verify = Callable[[str], Awaitable[str]]
+
+
+def _credential(scope: Scope, session_cookie: str) -> str | None:
+    headers = Headers(scope=scope)
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    cookie = headers.get("cookie")
+    if cookie:
+        return cookie_parser(cookie).get(session_cookie) or None
+    return None
 
 
 class RateLimitMiddleware:
-    def __init__(self, app: ASGIApp, *, rate_per_s: float, burst: int) -> None:
-        self.app = app
-        self.rate = rate_per_s
-        self.burst = float(burst)
-        self._buckets: dict[str, tuple[float, float]] = {}
+    """Counts each limited request, refuses it with 429 over the limit, and
+    adds the ``RateLimit-*`` headers to every response it lets through. It
+    also records the client address (``scope["state"]["client_address"]``)
+    for the failed-log-in limits, whether or not limits are on."""
 
-    def take(self, client: str, now: float) -> float:
-        """Take one token; return 0 if allowed, else seconds until allowed."""
-        tokens, last = self._buckets.get(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens >= 1.0:
-            if len(self._buckets) >= _MAX_CLIENTS and client not in self._buckets:
-                self._buckets.clear()  # crude bound on memory; limits restart
-            self._buckets[client] = (tokens - 1.0, now)
-            return 0.0
-        self._buckets[client] = (tokens, now)
-        return (1.0 - tokens) / self.rate
+    def __init__(self, app: ASGIApp, *, limiter: Limiter, session_cookie: str) -> None:
+        self.app = app
+        self._session_cookie = session_cookie  # the web pages' credential
+        self.limiter = limiter
+        self.settings = limiter.settings
+        # token -> username, verified; a minute is long enough to save the
+        # lookups and short enough that a revoked token soon counts as anonymous.
+        self._users: TTLCache[str, str] = TTLCache(maxsize=100_000, ttl=60)
+        self._bad: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=60)
+
+    async def _user(self, scope: Scope, token: str) -> str | None:
+        user = self._users.get(token)
+        if user is not None or token in self._bad or len(token) > 200 or not token.isascii():
+            return user
+        # One social-graph lookup per token not seen in the last minute (the
+        # same lookup the handler makes anyway). It happens even when the
+        # address is spent: a signed-in user behind a busy address (a NAT, a
+        # campus) must not be refused for others' requests.
+        gateway = getattr(scope["app"].state, "gateway", None)
+        if gateway is None:  # not started (no lifespan): count by address
+            return None
+        verify: Verify = gateway.authenticate
+        try:
+            user = await verify(f"Bearer {token}")
+        except Unauthorized:
+            self._bad[token] = True
+            return None
+        except DomainError:
+            return None  # social-graph unavailable: by address for now, no verdict kept
+        self._users[token] = user
+        return user
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _EXEMPT:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        client = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.take(client, time.monotonic())
-        if wait > 0:
-            response = json_response(
-                error_body("rate_limited", "too many requests, slow down"),
-                429,
-                {"Retry-After": str(max(1, math.ceil(wait)))},
-            )
+        address = client_address(scope, self.settings.trusted_proxies)
+        scope.setdefault("state", {})[ADDRESS_STATE] = address
+        path: str = scope["path"]
+        if not self.settings.enabled or path in _EXEMPT or path.startswith(_EXEMPT_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        token = _credential(scope, self._session_cookie)
+        user = await self._user(scope, token) if token else None
+        if user is not None:
+            decision = await self.limiter.hit(self.settings.per_user, "user", canonical(user))
+        else:
+            decision = await self.limiter.hit(self.settings.per_address, "address", address)
+        headers = decision.headers()
+        if not decision.allowed:
+            metrics.RATE_LIMITED.labels("user" if user is not None else "address").inc()
+            response = json_response(error_body("rate_limited", "too many requests; slow down"), 429, headers)
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                raw: list[Any] = list(message.get("headers", []))
+                present = {name.lower() for name, _ in raw}
+                for name, value in headers.items():
+                    if name.lower().encode() not in present:
+                        raw.append((name.lower().encode(), value.encode()))
+                message = {**message, "headers": raw}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -194,8 +194,9 @@ def create_app(settings: Settings) -> faust.App:
             raise Unavailable(f"chunks topic unavailable: {exc!r}") from exc
         metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
 
-    social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
-    tweets = TweetStoreClient(SERVICE, settings.peers.tweet_store_url, settings.peers.timeout_s)
+    peers = settings.peers
+    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
+    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight,
                               large_account_followers=settings.large_account_followers,

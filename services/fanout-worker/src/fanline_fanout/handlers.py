@@ -22,6 +22,7 @@ a newer one) cannot resurrect what was undone:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -33,6 +34,8 @@ from fanline_shared.domain import OutboxEvent, canonical, utcnow
 from fanline_shared.errors import NotFound
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
+
+log = logging.getLogger(__name__)
 
 # A large account is re-registered with tweet-store at most this often per
 # worker process (tweet-store keeps a registration for the home retention
@@ -99,12 +102,20 @@ class FanoutHandlers:
         # and get their timeline regenerated when they come back.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
         try:
-            _, large = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._is_large(data.author))
+            stored, large = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._is_large(data.author))
+            # The stored tweet is the truth: an event naming another author
+            # (forged, or corrupted) would put the tweet in the wrong
+            # followers' timelines. Dropped, logged and counted.
+            if canonical(str(stored.get("username", ""))) != canonical(data.author):
+                log.warning("dropping %s %s: event author %r, stored author %r", event.type, event.event_id,
+                            data.author, stored.get("username"))
+                metrics.FORGED_EVENTS.labels(event.type).inc()
+                raise NotFound("event author differs from the stored tweet's")
         except BaseException as exc:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
             if isinstance(exc, NotFound):
-                return  # deleted before we got to it: nothing to deliver
+                return  # deleted before we got to it, or forged: nothing to deliver
             raise
         if large:
             first.cancel()
@@ -144,9 +155,14 @@ class FanoutHandlers:
         d = event.data
         tweet_id = str(d.tweet_id)
         try:
-            await self._tweets.check_tweet(tweet_id)
+            stored = await self._tweets.check_tweet(tweet_id)
         except NotFound:
             return  # deleted meanwhile: nothing more to deliver
+        if canonical(str(stored.get("username", ""))) != canonical(d.author):
+            log.warning("dropping %s %s: author %r, stored author %r", event.type, event.event_id, d.author,
+                        stored.get("username"))
+            metrics.FORGED_EVENTS.labels(event.type).inc()
+            return
         names, rest = await self._names(d.author, d.after, self._chunk or self._page_size)
         if rest is not None:
             await self._hand_on(d.tweet_id, d.author, d.created_at, rest)

@@ -18,6 +18,7 @@ from starlette.responses import Response
 from fanline_shared import metrics
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
+from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
@@ -25,6 +26,7 @@ from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, re
 from . import __version__
 from .adapters import SocialGraphStorage, build_storage
 from .config import Settings
+from .hashing import Argon2Budget, slots_for
 from .service import SocialGraph, edge_json
 
 SERVICE = "social-graph"
@@ -67,13 +69,16 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             hash_len=RFC_9106_LOW_MEMORY.hash_len,
             salt_len=RFC_9106_LOW_MEMORY.salt_len,
         )
+        budget = Argon2Budget(slots_for(settings.argon2_memory_budget_mib, settings.argon2_memory_kib),
+                              settings.argon2_queue_wait_s)
         app.state.storage = store
-        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, settings.inactive_after_s)
+        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, budget, settings.inactive_after_s)
         metrics.set_build_info(SERVICE, __version__)
         try:
             yield
         finally:
             await app.state.graph.activity.close()
+            budget.close()
             await store.close()
 
     async def create_user(request: Request) -> Response:
@@ -158,4 +163,5 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fanline_shared.config import Env, HttpSettings, StorageSettings
+from fanline_shared.config import Env, HttpSettings, StorageSettings, internal_token
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,12 @@ class Settings:
     argon2_memory_kib: int
     argon2_parallelism: int
     inactive_after_s: float
+    # Memory all concurrent argon2 hashes may use together (MiB); the number
+    # of hashes at once is this divided by FANLINE_ARGON2_MEMORY_KIB.
+    argon2_memory_budget_mib: int
+    # How long a log-in or sign-up may wait for a free slot before 503.
+    argon2_queue_wait_s: float
+    internal_token: str | None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -32,4 +38,7 @@ class Settings:
             # A user with no authenticated request for this long is skipped by
             # the fan-out and their home timeline regenerated when they return.
             inactive_after_s=env.number("FANLINE_INACTIVE_AFTER_S", 7 * 24 * 3600, positive=True),
+            argon2_memory_budget_mib=env.integer("FANLINE_ARGON2_MEMORY_BUDGET_MIB", 256, minimum=1),
+            argon2_queue_wait_s=env.number("FANLINE_ARGON2_QUEUE_WAIT_S", 2.0),
+            internal_token=internal_token(env),
         )

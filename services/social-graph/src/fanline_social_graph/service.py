@@ -6,7 +6,6 @@ the rules (validation, hashing, who may do what) and knows nothing of HTTP.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import secrets
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from fanline_shared.errors import InvalidInput, NotFound, Unauthorized
 
 from .activity import ActivityTracker
 from .adapters import SocialGraphStorage
+from .hashing import Argon2Budget
 
 # Verified against when the username is unknown, so a failed log-in takes the
 # same time whether or not the user exists.
@@ -45,9 +45,10 @@ def token_hash(token: str) -> str:
 
 class SocialGraph:
     def __init__(self, storage: SocialGraphStorage, hasher: PasswordHasher, session_ttl_s: int,
-                 inactive_after_s: float) -> None:
+                 budget: Argon2Budget | None = None, inactive_after_s: float = 7 * 24 * 3600) -> None:
         self._storage = storage
         self._hasher = hasher
+        self._argon2 = budget or Argon2Budget(1, 2.0)
         self._session_ttl = timedelta(seconds=session_ttl_s)
         self._dummy_hash = hasher.hash(_DUMMY_PASSWORD)
         self.activity = ActivityTracker(storage.activity, self._followees, inactive_after_s)
@@ -60,8 +61,9 @@ class SocialGraph:
     async def sign_up(self, username: object, password: object) -> User:
         name = validate_username(username)
         secret = validate_password(password)
-        # argon2 is deliberately slow: hash off the event loop.
-        password_hash = await asyncio.to_thread(self._hasher.hash, secret)
+        # argon2 is deliberately slow and memory-hard: off the event loop,
+        # within the memory budget (503 when it is in use).
+        password_hash = await self._argon2.run(self._hasher.hash, secret)
         user = await self._storage.users.create(name, password_hash, utcnow())
         await self.activity.created(user.username)
         metrics.USERS_CREATED.inc()
@@ -116,7 +118,7 @@ class SocialGraph:
         found = await self._storage.users.credentials(username) if is_valid_username(username) else None
         stored_hash = found[1] if found else self._dummy_hash
         try:
-            await asyncio.to_thread(self._hasher.verify, stored_hash, password)
+            await self._argon2.run(self._hasher.verify, stored_hash, password)
             ok = found is not None
         except (VerificationError, InvalidHashError):
             ok = False

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from fanline_shared import metrics
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
+from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import SocialGraphClient, event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
@@ -110,7 +111,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         s = storage or open_storage(settings, activity)
         await s.start()
-        social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s)
+        social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s,
+                                   token=settings.peers.internal_token)
         cap = HomeCap(s.home, settings.home_max_rows)
         hybrid = HybridHome(s.home, s.tweets, s.large, social.following_all,
                             retention_s=settings.home_retention_s, policy=settings.hybrid)
@@ -237,5 +239,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

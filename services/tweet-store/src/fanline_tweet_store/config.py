@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fanline_shared import policies
-from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings
+from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings, internal_token
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
 from .hybrid import HybridPolicy
@@ -29,6 +29,7 @@ class Settings:
     home_max_rows: int
     hybrid: HybridPolicy
     peers: PeerSettings
+    internal_token: str | None = None  # FANLINE_INTERNAL_TOKEN (shared/internal_auth.py)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -74,4 +75,5 @@ class Settings:
             ),
             # Home reads ask social-graph whom the reader follows.
             peers=PeerSettings.from_env(env),
+            internal_token=internal_token(env),
         )

@@ -48,8 +48,8 @@ async def following(social: SocialGraphClient, username: str, page_size: int) ->
 
 async def rebuild_home(peers: PeerSettings, username: str, *, page_size: int = 1000,
                        concurrency: int = 8) -> RebuildResult:
-    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s)
-    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s)
+    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
+    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
     try:
         owner = str((await social.get_user(username))["username"])  # canonical spelling; NotFound if none
         authors = [owner, *await following(social, owner, page_size)]

@@ -112,6 +112,11 @@ def form(request: Request) -> dict[str, str]:
     return getattr(request.state, "form", None) or {}
 
 
+def client_address(request: Request) -> str:
+    """The client's address as the rate limiter decided it (trusted proxies)."""
+    return str(getattr(request.state, "client_address", None) or "unknown")
+
+
 def require_viewer(request: Request) -> str:
     name = viewer(request).username
     if name is None:
@@ -414,7 +419,8 @@ async def sign_in(web: Web, request: Request) -> Response:
     fields = form(request)
     username = fields.get("username", "").strip()
     try:
-        session = await gw(request).login({"username": username, "password": fields.get("password", "")})
+        session = await gw(request).login({"username": username, "password": fields.get("password", "")},
+                                          client_address(request))
     except Unauthorized as exc:
         return login_form(web, request, status=401, signin_error=exc.message, signin_username=username)
     return signed_in(web, request, session)
@@ -432,7 +438,7 @@ async def sign_up(web: Web, request: Request) -> Response:
         await gw(request).sign_up({"username": username, "password": password})
     except (InvalidInput, Conflict) as exc:
         return login_form(web, request, status=status_of(exc), signup_error=exc.message, signup_username=username)
-    session = await gw(request).login({"username": username, "password": password})
+    session = await gw(request).login({"username": username, "password": password}, client_address(request))
     return signed_in(web, request, session)
 
 
