@@ -79,7 +79,10 @@ LIMIT = {"name": "limit", "in": "query", "required": False,
 # Never empty: the server produces none, and "cursor=" is refused (400).
 CURSOR = {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string", "minLength": 1},
           "description": "The previous page's next_cursor, unchanged"}
-SINCE_ID = {"name": "since_id", "in": "query", "required": False, "schema": {"type": "string", "format": "uuid"},
+# A tweet id is a version-1 (time-based) UUID; any other UUID is 422 invalid_since_id.
+TWEET_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-1[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+SINCE_ID = {"name": "since_id", "in": "query", "required": False,
+            "schema": {"type": "string", "pattern": TWEET_ID_PATTERN},
             "description": "Only tweets strictly newer than this tweet id; next_cursor never pages past it "
                            "(malformed: 422 invalid_since_id)"}
 # At least one character that str.strip() keeps, and no NUL: the rules of
@@ -203,7 +206,8 @@ def openapi_document(version: str) -> dict[str, Any]:
             "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("NewTweet")}}},
             "responses": {"201": _json(_ref("Tweet"), "Created"),
                           "200": _json(_ref("Tweet"), "Repeat of an Idempotency-Key: the first tweet"),
-                          **_errors(400, 401, 413, 422, 429)}}},
+                          # 404: a repeated Idempotency-Key whose tweet was deleted.
+                          **_errors(400, 401, 404, 413, 422, 429)}}},
         "/v1/tweets/{tweet_id}": {
             "get": {"summary": "A tweet", "parameters": [PATH_TWEET],
                     "responses": {"200": _json(_ref("Tweet"), "The tweet"), **_errors(404)}},
