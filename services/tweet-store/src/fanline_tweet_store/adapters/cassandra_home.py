@@ -1,0 +1,261 @@
+"""Cassandra adapters of tweet-store's home timelines and large-account registry.
+
+``home_timeline`` is one partition per owner, newest first; every row is
+written with ``TTL = retention - age of the tweet``, so it expires at tweet
+time + retention whenever it was written. Fan-out writes are small unlogged
+batches of rows whose partitions share their first replica
+(``replica_batches``), run under tweet-store's adaptive limit
+(``fanline_tweet_store.limiter``). Each owner's *horizon* (a static column)
+bounds the rows reads trust; ``trim`` keeps the newest rows with one range
+tombstone (``fanline_tweet_store.cap``). ``large_accounts`` is one small
+partition of TTL'd rows (``fanline_tweet_store.hybrid``). Split out of
+``cassandra.py``; the schema of both is in that module's migrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
+
+from fanline_shared import policies
+from fanline_shared.cassandra import (
+    MAX_TTL,
+    Keyspace,
+    Repository,
+    batch,
+    execute,
+    execute_concurrent,
+    execute_each,
+    execute_lwt,
+    prepare,
+    replica_batches,
+    to_utc,
+    truncate_ms,
+)
+from fanline_shared.domain import canonical, timeuuid_time, utcnow
+from fanline_shared.ports import HomeWindow
+
+from ..limiter import AdaptiveLimit
+
+_BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
+_PACED_BATCHES = 16  # fan-out requests between two calls of the pacing hook
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+class CassandraHomeTimeline(Repository):
+    def __init__(self, keyspace: Keyspace, retention_s: int,
+                 concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
+                 calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+                 batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                 pace: Callable[[int, float], Awaitable[None]] | None = None,
+                 limit: AdaptiveLimit | None = None) -> None:
+        super().__init__(keyspace)
+        # With an adaptive limit (the service's default), every fan-out
+        # request of this process runs under it, ``concurrency`` per page and
+        # no page waits for another; without one, the fixed window below.
+        self._limit = limit
+        # Awaited after every few requests with (rows, seconds they took); may
+        # sleep to hold the fan-out to a rate (used without an adaptive limit).
+        self._pace = pace
+        self._retention_s = retention_s
+        # Requests (batches of up to ``batch_rows`` rows) in flight per page.
+        self._concurrency = concurrency
+        self._batch_rows = batch_rows
+        # At most ``calls`` fan-out pages in flight at once in this process.
+        self._calls = asyncio.Semaphore(calls)
+
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        self._insert = prepare(
+            session, f"INSERT INTO {ks}.home_timeline (owner_lc, tweet_id, author_lc) VALUES (?, ?, ?) USING TTL ?",
+            write=True)
+        self._delete = prepare(
+            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
+        self._slice = prepare(session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._present = prepare(
+            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
+        self._slice_before = prepare(
+            session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
+        self._horizon = prepare(session, f"SELECT horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        # Trimming: one range tombstone below the oldest kept row, and the
+        # horizon written with the *boundary tweet's* time as its write
+        # timestamp, so the highest horizon wins whatever order trims land in.
+        self._trim = prepare(
+            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ?", write=True)
+        self._set_horizon = prepare(
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET horizon = ? WHERE owner_lc = ?", write=True)
+        # Regeneration: the finish time as its own write timestamp (only
+        # rises), and a claim per owner as an LWT with a TTL.
+        self._regenerated = prepare(
+            session, f"SELECT regenerated_at FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        self._mark_regenerated = prepare(
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET regenerated_at = ? WHERE owner_lc = ?",
+            write=True)
+        self._claim = prepare(
+            session, f"INSERT INTO {ks}.home_regeneration (owner_lc, claimed_at) VALUES (?, ?) IF NOT EXISTS "
+                     "USING TTL ?", write=True, idempotent=False)
+        self._release = prepare(session, f"DELETE FROM {ks}.home_regeneration WHERE owner_lc = ?", write=True)
+
+    def _ttl(self, tweet_id: uuid.UUID, now: datetime) -> int:
+        """Seconds this tweet's rows still have to live (0: do not write).
+
+        Rounded down (and Cassandra counts from the whole second of the
+        write), so a row may leave up to ~2 s before tweet time + retention,
+        never after it."""
+        remaining = self._retention_s - (now - timeuuid_time(tweet_id)).total_seconds()
+        return min(MAX_TTL, math.floor(remaining)) if remaining >= 1 else 0
+
+    async def add(self, owners: Sequence[str], tweet_id: uuid.UUID, author: str) -> None:
+        ttl = self._ttl(tweet_id, utcnow())
+        names = list(dict.fromkeys(canonical(o) for o in owners))
+        if ttl <= 0 or not names:
+            return
+        author_lc = canonical(author)
+        await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
+
+    async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
+        """One row per partition: batched by replica and run under the
+        adaptive limit; without one, at most ``calls`` pages at a time, paced
+        (``pace``) every ``_PACED_BATCHES`` requests; with ``batch_rows`` 1,
+        single-row inserts under the window alone, as before batching."""
+        if self._limit is not None:
+            window = self._concurrency() if callable(self._concurrency) else self._concurrency
+            requests: list[Any] = (replica_batches(self._session, statement, rows, rows=self._batch_rows)
+                                   if self._batch_rows > 1 else [statement.bind(r) for r in rows])
+            session = self._session
+            await self._limit.write_all(requests, lambda r: execute(session, r, name=name), window)
+            return
+        async with self._calls:
+            if self._batch_rows == 1:
+                await execute_concurrent(self._session, statement, rows, name=name, concurrency=self._concurrency)
+            else:
+                batches = replica_batches(self._session, statement, rows, rows=self._batch_rows)
+                if self._pace is None:
+                    await execute_each(self._session, batches, name=name, concurrency=self._concurrency)
+                    return
+                for start in range(0, len(batches), _PACED_BATCHES):
+                    part = batches[start:start + _PACED_BATCHES]
+                    began = time.perf_counter()
+                    await execute_each(self._session, part, name=name, concurrency=self._concurrency)
+                    await self._pace(sum(len(b) for b in part),
+                                     time.perf_counter() - began)
+
+    async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
+        now, owner_lc = utcnow(), canonical(owner)
+        rows = []
+        for tweet_id, author in dict.fromkeys(entries):
+            ttl = self._ttl(tweet_id, now)
+            if ttl > 0:
+                rows.append((self._insert, (owner_lc, tweet_id, canonical(author), ttl)))
+        # One partition: unlogged single-partition batches are one mutation each.
+        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_add_many")
+                               for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def remove(self, owners: Sequence[str], tweet_id: uuid.UUID) -> None:
+        names = list(dict.fromkeys(canonical(o) for o in owners))
+        if not names:
+            return
+        await self._write_each(self._delete, [(o, tweet_id) for o in names], "home_remove")
+
+    async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
+        owner_lc = canonical(owner)
+        rows: list[tuple[PreparedStatement, Sequence[Any]]] = [
+            (self._delete, (owner_lc, i)) for i in dict.fromkeys(tweet_ids)
+        ]
+        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_remove_many")
+                               for chunk in _chunks(rows, _BATCH_ROWS)))
+
+    async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        ids = list(dict.fromkeys(tweet_ids))
+        results = await asyncio.gather(*(
+            execute(self._session, self._present, (canonical(owner), list(chunk)), name="home_present")
+            for chunk in _chunks(ids, _BATCH_ROWS)))
+        found = {r.tweet_id for rows in results for r in rows}
+        return [i for i in ids if i in found]
+
+    async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        return (await self.window(owner, limit, before)).ids
+
+    async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
+        if limit <= 0:
+            return HomeWindow([], None)
+        owner_lc = canonical(owner)
+        if before is None:
+            rows = await execute(self._session, self._slice, (owner_lc, limit), name="home_slice")
+        else:
+            rows = await execute(self._session, self._slice_before, (owner_lc, before, limit), name="home_slice")
+        if not rows and before is not None:
+            # No row below ``before``: the static horizon did not come back
+            # with any row, so ask for it (only on this, the last, page).
+            rows = await execute(self._session, self._horizon, (owner_lc,), name="home_horizon")
+            return HomeWindow([], rows[0].horizon if rows else None)
+        # A partition holding only its static horizon answers one row whose
+        # tweet_id is null.
+        return HomeWindow([r.tweet_id for r in rows if r.tweet_id is not None], rows[0].horizon if rows else None)
+
+    async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        owner_lc = canonical(owner)
+        rows = await execute(self._session, self._slice, (owner_lc, keep + 1), name="home_trim_scan")
+        ids = [r.tweet_id for r in rows if r.tweet_id is not None]
+        if len(ids) <= keep:
+            return None
+        boundary = ids[keep - 1]
+        write_ts = _micros(timeuuid_time(boundary))
+        await execute(self._session, batch([(self._trim, (owner_lc, boundary)),
+                                            (self._set_horizon, (write_ts, boundary, owner_lc))]),
+                      name="home_trim")
+        return boundary
+
+    async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
+        await execute(self._session, self._set_horizon,
+                      (_micros(timeuuid_time(tweet_id)), tweet_id, canonical(owner)), name="home_horizon_raise")
+
+    async def regenerated_at(self, owner: str) -> datetime | None:
+        rows = await execute(self._session, self._regenerated, (canonical(owner),), name="home_regenerated_at")
+        return to_utc(rows[0].regenerated_at) if rows and rows[0].regenerated_at else None
+
+    async def mark_regenerated(self, owner: str, at: datetime) -> None:
+        at = truncate_ms(at)
+        await execute(self._session, self._mark_regenerated, (_micros(at), at, canonical(owner)),
+                      name="home_mark_regenerated")
+
+    async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
+        applied, _row = await execute_lwt(self._session, self._claim, (canonical(owner), utcnow(), max(1, ttl_s)),
+                                          name="home_regeneration_claim")
+        return applied
+
+    async def release_regeneration(self, owner: str) -> None:
+        await execute(self._session, self._release, (canonical(owner),), name="home_regeneration_release")
+
+
+def _micros(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000)
+
+
+class CassandraLargeAccounts(Repository):
+    """The registry of large accounts: one partition, rows with a TTL."""
+
+    def _prepare(self, session: Session) -> None:
+        ks = self._ks.name
+        self._register = prepare(
+            session, f"INSERT INTO {ks}.large_accounts (shard, author_lc) VALUES (0, ?) USING TTL ?", write=True)
+        self._members = prepare(session, f"SELECT author_lc FROM {ks}.large_accounts WHERE shard = 0")
+
+    async def register(self, author: str, ttl_s: int) -> None:
+        await execute(self._session, self._register, (canonical(author), max(1, min(ttl_s, MAX_TTL))),
+                      name="large_register")
+
+    async def members(self) -> set[str]:
+        rows = await execute(self._session, self._members, name="large_members")
+        return {r.author_lc for r in rows}
