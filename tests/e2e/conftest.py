@@ -95,36 +95,33 @@ def make_system(kind: str, base_port: int, tmp: Path, infra: Any = None, **extra
                   log_dir=logs)
 
 
-@pytest.fixture(scope="session")
-def embedded_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("embedded", 18000, tmp_path_factory.mktemp("embedded"))
-    system.start()
+def running(kind: str, base_port: int, tmp_path_factory: pytest.TempPathFactory, infra: Any = None,
+            **extra: str) -> Iterator[System]:
+    """A started system of ``kind`` for a session fixture to yield from."""
+    system = make_system(kind, base_port, tmp_path_factory.mktemp(kind), infra, **extra)
+    system.start(timeout=180 if kind == "real" else 90)
     yield system
     system.stop()
+
+
+@pytest.fixture(scope="session")
+def embedded_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    yield from running("embedded", 18000, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def real_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("real", 28000, tmp_path_factory.mktemp("real"), real_infra)
-    system.start(timeout=180)
-    yield system
-    system.stop()
+    yield from running("real", 28000, tmp_path_factory, real_infra)
 
 
 @pytest.fixture(scope="session")
 def embedded_small_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("embedded", 18100, tmp_path_factory.mktemp("embedded-small"), **SMALL_ENV)
-    system.start()
-    yield system
-    system.stop()
+    yield from running("embedded", 18100, tmp_path_factory, **SMALL_ENV)
 
 
 @pytest.fixture(scope="session")
 def real_small_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("real", 28100, tmp_path_factory.mktemp("real-small"), real_infra, **SMALL_ENV)
-    system.start(timeout=180)
-    yield system
-    system.stop()
+    yield from running("real", 28100, tmp_path_factory, real_infra, **SMALL_ENV)
 
 
 @pytest.fixture(params=[
@@ -143,30 +140,18 @@ INACTIVE_ENV = {**SMALL_ENV, "FANLINE_INACTIVE_AFTER_S": "3"}
 
 @pytest.fixture(scope="session")
 def embedded_inactive_system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("embedded", 18200, tmp_path_factory.mktemp("embedded-inactive"), **INACTIVE_ENV)
-    system.start()
-    yield system
-    system.stop()
+    yield from running("embedded", 18200, tmp_path_factory, **INACTIVE_ENV)
 
 
 @pytest.fixture(scope="session")
 def real_inactive_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("real", 28200, tmp_path_factory.mktemp("real-inactive"), real_infra, **INACTIVE_ENV)
-    system.start(timeout=180)
-    yield system
-    system.stop()
+    yield from running("real", 28200, tmp_path_factory, real_infra, **INACTIVE_ENV)
 
 
 @pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
 def inactive_system(request: pytest.FixtureRequest) -> System:
     """A system where users are inactive after 3 s (``INACTIVE_ENV``)."""
     return request.getfixturevalue(f"{request.param}_inactive_system")  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
-def default_system(request: pytest.FixtureRequest) -> System:
-    """The default-threshold systems only (every author fanned out on write)."""
-    return request.getfixturevalue(f"{request.param}_system")  # type: ignore[no-any-return]
 
 
 @pytest.fixture(params=["embedded-small", pytest.param("real-small", marks=pytest.mark.real_infra)])
