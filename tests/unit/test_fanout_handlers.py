@@ -57,7 +57,7 @@ class FakeTweets:
             raise NotFound("gone", code="tweet_not_found")
         return {"id": tweet_id, "username": self.authors.get(tweet_id, "star")}
 
-    async def home_add(self, tweet_id: str, author: str, owners: list[str]) -> None:
+    async def home_add(self, tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
         if self.fail_next:
             self.fail_next -= 1
             raise Unavailable("tweet-store down")
@@ -289,6 +289,9 @@ async def test_a_deleted_large_account_tweet_removes_only_the_authors_row() -> N
 class ActiveSocial(FakeSocial):
     """Pages ``followers-active`` like social-graph: by name, strictly after ``after``."""
 
+    async def get_user(self, username: str) -> dict[str, Any]:
+        return {"username": username, "followers_count": len(self.followers.get(username, []))}
+
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
         names = sorted(self.followers.get(username, []))
         rest = [n for n in names if after is None or n > after]
@@ -326,15 +329,25 @@ async def test_a_large_fan_out_is_written_in_slices_and_reaches_everyone_once() 
     tweets.tweets.add(str(tid))
     first = events.decode(events.tweet_created(tid, "star", utcnow()).payload)
     await handlers.apply(first)
-    # Only the first slice was written inline; the rest waits on the chunks topic.
-    assert len([o for o, ids in tweets.rows.items() if str(tid) in ids]) == 300 + 1
+    # Only the author's row was written on the event's partition; every
+    # follower waits on the chunks topic, in bulk slices.
+    assert [o for o, ids in tweets.rows.items() if str(tid) in ids] == ["star"]
     assert len(handed_on) == 1 and isinstance(handed_on[0], events.FanoutChunk)
+    bulk_pages: list[bool] = []
+    original_add = tweets.home_add
+
+    async def recording_add(tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
+        bulk_pages.append(bulk)
+        await original_add(tweet_id, author, owners)
+
+    tweets.home_add = recording_add  # type: ignore[method-assign]
     slices = 0
     while handed_on:
         chunk = handed_on.pop(0)
         await handlers.apply(chunk)
         slices += 1
-    assert slices == 3  # 300 + 300 + 300 + 150
+    assert slices == 4  # 300 + 300 + 300 + 150
+    assert bulk_pages and all(bulk_pages)
     delivered = sorted(o for o, ids in tweets.rows.items() if str(tid) in ids)
     assert delivered == sorted(["star", *(f"f{i:05d}" for i in range(1_050))])
 
@@ -344,10 +357,10 @@ async def test_a_slice_removes_the_row_of_a_follower_who_left_while_it_was_writt
     tid = new_timeuuid()
     tweets.tweets.add(str(tid))
     await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
-    leaver = "f00250"  # in the second slice
+    leaver = "f00250"  # in the second slice (slices: f00000-f00199, f00200-f00399, ...)
     original_add = tweets.home_add
 
-    async def add_then_unfollow(tweet_id: str, author: str, owners: list[str]) -> None:
+    async def add_then_unfollow(tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
         await original_add(tweet_id, author, owners)
         if leaver in owners and leaver in social.followers["star"]:
             social.followers["star"].remove(leaver)  # the unfollow lands mid-slice; its purge ran already

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
+from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy, bulk_writes
 
 
 class Clock:
@@ -95,3 +95,67 @@ async def test_write_all_raises_the_first_failure_after_the_rest_settle() -> Non
     with pytest.raises(RuntimeError):
         await limit.write_all(range(20), write, window=4)
     assert limit.in_flight == 0
+
+
+async def test_bulk_writes_yield_to_ordinary_ones_and_never_hold_the_last_slot() -> None:
+    """A large fan-out's slices (bulk) take what ordinary fan-outs leave: an
+    ordinary page queued behind a million bulk rows waits for at most the bulk
+    writes already in flight."""
+    limit = AdaptiveLimit(LimitPolicy(initial=4, maximum=4), busy=lambda: False)
+    order: list[str] = []
+    bulk_in_flight = {"now": 0, "max": 0}
+
+    async def write(item: str) -> None:
+        if item.startswith("bulk"):
+            bulk_in_flight["now"] += 1
+            bulk_in_flight["max"] = max(bulk_in_flight["max"], bulk_in_flight["now"])
+        await asyncio.sleep(0.001)
+        order.append(item)
+        if item.startswith("bulk"):
+            bulk_in_flight["now"] -= 1
+
+    async def bulk() -> None:
+        with bulk_writes():
+            await limit.write_all([f"bulk{n}" for n in range(200)], write, window=8)
+
+    async def ordinary() -> None:
+        await asyncio.sleep(0.01)  # arrives while the bulk rows are queued
+        await limit.write_all([f"ord{n}" for n in range(20)], write, window=2)
+
+    await asyncio.gather(bulk(), ordinary())
+    assert bulk_in_flight["max"] == 3  # never the last of the 4 slots
+    # The ordinary page was written while bulk rows were still queued, not after them.
+    assert order.index("ord19") < order.index("bulk199") and order.index("ord0") > order.index("bulk0")
+    assert limit.in_flight == 0 and limit.bulk_in_flight == 0
+
+
+async def test_a_freed_slot_goes_to_a_waiting_ordinary_write_before_an_earlier_bulk_one() -> None:
+    limit = AdaptiveLimit(LimitPolicy(initial=4, maximum=4), busy=lambda: False)
+    with bulk_writes():
+        for _ in range(3):
+            assert await limit.acquire() is True
+        bulk_waiter = asyncio.ensure_future(limit.acquire())  # the 4th slot is not bulk's
+    assert await limit.acquire() is False  # ... it is an ordinary write's, at once
+    ordinary_waiter = asyncio.ensure_future(limit.acquire())  # arrives after the bulk waiter
+    await asyncio.sleep(0)
+    assert not bulk_waiter.done() and not ordinary_waiter.done()
+    limit.release(0.001, bulk=True)
+    await asyncio.sleep(0)
+    assert ordinary_waiter.done() and not bulk_waiter.done()
+    limit.release(0.001, bulk=False)
+    await asyncio.sleep(0)
+    assert bulk_waiter.done() and limit.bulk_in_flight == 3
+
+
+async def test_a_cancelled_bulk_waiter_gives_its_place_back() -> None:
+    limit = AdaptiveLimit(LimitPolicy(initial=2, maximum=2), busy=lambda: False)
+    with bulk_writes():
+        assert await limit.acquire() is True
+        waiter = asyncio.ensure_future(limit.acquire())  # the last slot is not bulk's
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    assert await limit.acquire() is False  # an ordinary write still gets the free slot
+    assert limit.in_flight == 2 and limit.bulk_in_flight == 1

@@ -44,6 +44,10 @@ def event_from_json(data: dict[str, Any]) -> OutboxEvent:
 # would otherwise treat as user-facing; see tweet-store's priority.py.
 PRIORITY_HEADER = "x-fanline-priority"
 BACKGROUND = "background"  # the header's value for background work
+# Home rows of a large fan-out's slices: written after every other fan-out
+# write waiting at tweet-store (its limiter.py), so one author's million rows
+# never delay another author's thousand.
+BULK = "bulk"
 
 
 class PeerClient:
@@ -276,9 +280,11 @@ class TweetStoreClient(PeerClient):
                                params={"usernames": ",".join(usernames)})
         return {k: int(v) for k, v in body["counts"].items()}
 
-    async def home_add(self, tweet_id: str, author: str, owners: Sequence[str]) -> None:
+    async def home_add(self, tweet_id: str, author: str, owners: Sequence[str], *, bulk: bool = False) -> None:
+        """``bulk``: a slice of a large fan-out, written at the lowest priority."""
         await self.call("POST", "/internal/home/add", operation="home_add",
-                        json={"tweet_id": tweet_id, "author": author, "owners": list(owners)})
+                        json={"tweet_id": tweet_id, "author": author, "owners": list(owners)},
+                        headers={PRIORITY_HEADER: BULK} if bulk else None)
 
     async def home_remove(self, tweet_id: str, owners: Sequence[str]) -> None:
         await self.call("POST", "/internal/home/remove", operation="home_remove",

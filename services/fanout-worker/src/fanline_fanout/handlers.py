@@ -62,14 +62,16 @@ class FanoutHandlers:
         self._publish_chunk = publish_chunk
         self._registered: dict[str, float] = {}  # author -> monotonic time of the last registration
 
-    async def _is_large(self, author: str) -> bool:
-        if self._large_threshold is None:
-            return False
+    async def _followers_count(self, author: str) -> int:
+        """The author's follower count, when something depends on it (the
+        large-account threshold, or slicing); 0 otherwise or if unknown."""
+        if self._large_threshold is None and self._chunk is None:
+            return 0
         try:
             profile = await self._social.get_user(author)
         except NotFound:
-            return False
-        return int(profile.get("followers_count", 0)) >= self._large_threshold
+            return 0
+        return int(profile.get("followers_count", 0))
 
     async def _register_large(self, author: str) -> None:
         now = time.monotonic()
@@ -102,7 +104,7 @@ class FanoutHandlers:
         # and get their timeline regenerated when they come back.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
         try:
-            stored, large = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._is_large(data.author))
+            stored, count = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._followers_count(data.author))
             # The stored tweet is the truth: an event naming another author
             # (forged, or corrupted) would put the tweet in the wrong
             # followers' timelines. Dropped, logged and counted.
@@ -117,9 +119,12 @@ class FanoutHandlers:
             if isinstance(exc, NotFound):
                 return  # deleted before we got to it, or forged: nothing to deliver
             raise
-        if large:
+        large = self._large_threshold is not None and count >= self._large_threshold
+        sliced = self._chunk is not None and self._publish_chunk is not None and count > self._chunk
+        if large or sliced:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
+        if large:
             # Registered before anything is acknowledged: home reads merge
             # this author from now on, so the tweet cannot go missing.
             await self._register_large(data.author)
@@ -128,10 +133,18 @@ class FanoutHandlers:
             metrics.FANOUT_SKIPPED_LARGE.inc()
             _observe_delivery(data.created_at)
             return
+        if sliced:
+            # More followers than one slice: the author's row here, every
+            # follower in slices on the chunks topic, written at bulk
+            # priority. This partition (other authors' events) never waits
+            # for any part of a large fan-out.
+            await self._tweets.home_add(tweet_id, data.author, [data.author])
+            metrics.TIMELINE_ROWS_WRITTEN.inc()
+            await self._hand_on(data.tweet_id, data.author, data.created_at, "")
+            return
 
-        # The first slice here; the rest as independently scheduled slices
-        # on the chunks topic, so this partition (other authors' events) does
-        # not wait for a large fan-out to finish.
+        # Within one slice (as far as the count said): written here; should
+        # the followers have grown past it meanwhile, the rest is sliced.
         rest = await self._for_each_follower_page(data.author, self._writer(tweet_id, data.author),
                                                   first_page=first, with_author=True,
                                                   direction="followers-active", max_followers=self._chunk)
@@ -166,7 +179,7 @@ class FanoutHandlers:
         names, rest = await self._names(d.author, d.after, self._chunk or self._page_size)
         if rest is not None:
             await self._hand_on(d.tweet_id, d.author, d.created_at, rest)
-        write = self._writer(tweet_id, d.author)
+        write = self._writer(tweet_id, d.author, bulk=True)
         await self._in_flight_pages([names[i:i + self._page_size] for i in range(0, len(names), self._page_size)],
                                     write)
         if names:
@@ -178,9 +191,12 @@ class FanoutHandlers:
         if rest is None:
             _observe_delivery(d.created_at)
 
-    def _writer(self, tweet_id: str, author: str) -> Callable[[list[str]], Awaitable[None]]:
+    def _writer(self, tweet_id: str, author: str, *, bulk: bool = False) -> Callable[[list[str]], Awaitable[None]]:
         async def write(page: list[str]) -> None:
-            await self._tweets.home_add(tweet_id, author, page)
+            if bulk:
+                await self._tweets.home_add(tweet_id, author, page, bulk=True)
+            else:
+                await self._tweets.home_add(tweet_id, author, page)
             metrics.TIMELINE_ROWS_WRITTEN.inc(len(page))
 
         return write
@@ -216,7 +232,7 @@ class FanoutHandlers:
         data = event.data
         tweet_id = str(data.tweet_id)
         await self._tweets.home_remove(tweet_id, [data.author])
-        if await self._is_large(data.author):
+        if self._large_threshold is not None and await self._followers_count(data.author) >= self._large_threshold:
             return
 
         async def remove(page: list[str]) -> None:

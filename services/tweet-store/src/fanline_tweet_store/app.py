@@ -21,7 +21,7 @@ from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, p
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import SocialGraphClient, event_to_json
+from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
 from . import __version__
@@ -30,7 +30,7 @@ from .cache import CachedTweets
 from .cap import HomeCap
 from .config import Settings
 from .hybrid import HybridHome
-from .limiter import AdaptiveLimit
+from .limiter import AdaptiveLimit, bulk_writes
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
@@ -181,7 +181,12 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         author = body.get("author")
         if not isinstance(author, str) or not is_valid_username(author):
             raise InvalidInput("author must be a username", code="invalid_author")
-        await store(request).home_add(_tweet_id(str(body.get("tweet_id"))), author, _owners(body))
+        tweet_id, owners = _tweet_id(str(body.get("tweet_id"))), _owners(body)
+        # A slice of a large fan-out yields to every other fan-out write.
+        bulk: contextlib.AbstractContextManager[None] = (
+            bulk_writes() if request.headers.get(PRIORITY_HEADER) == BULK else contextlib.nullcontext())
+        with bulk:
+            await store(request).home_add(tweet_id, author, owners)
         return Response(status_code=204)
 
     async def home_remove(request: Request) -> Response:

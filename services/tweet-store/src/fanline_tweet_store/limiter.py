@@ -32,14 +32,25 @@ Slots are handed out first come, first served, so pages of different tweets
 share the limit by arrival, not by size: a small page never waits behind the
 whole of a large one, only behind the writes already queued (each page also
 keeps at most its own window in flight, see ``write_all``).
+
+Two classes share the limit. Writes made inside ``bulk_writes()`` — the
+slices of a large fan-out, marked by the worker (``peers.BULK``) — take a
+slot only when no ordinary write is waiting, and never the last slot of the
+limit: an ordinary author's page waits behind at most the bulk writes already
+in flight, however many million rows are queued behind it. Without this, a
+1,000,000-follower fan-out shares the limit by arrival with everybody else
+and every other author's delivery slows to its pace (issue 13: "one author's
+fan-out never delays another author's delivery").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -47,6 +58,20 @@ from typing import TypeVar
 from fanline_shared import metrics
 
 T = TypeVar("T")
+
+# Whether the writes of the current task (and the tasks it starts) are bulk.
+_BULK: ContextVar[bool] = ContextVar("fanline_bulk_writes", default=False)
+
+
+@contextlib.contextmanager
+def bulk_writes() -> Iterator[None]:
+    """Every ``AdaptiveLimit`` write started inside this block is bulk: it
+    yields to ordinary writes (see the module docstring)."""
+    token = _BULK.set(True)
+    try:
+        yield
+    finally:
+        _BULK.reset(token)
 
 
 @dataclass(frozen=True)
@@ -71,7 +96,9 @@ class AdaptiveLimit:
         self._clock = clock
         self.limit = float(policy.initial)
         self.in_flight = 0
+        self.bulk_in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._bulk_waiters: deque[asyncio.Future[None]] = deque()
         self._min_now = float("inf")
         self._min_prev = float("inf")
         self._window_start = clock()
@@ -82,29 +109,46 @@ class AdaptiveLimit:
     def baseline(self) -> float:
         return min(self._min_now, self._min_prev)
 
-    async def acquire(self) -> None:
-        if self.in_flight < int(self.limit) and not self._waiters:
+    def _bulk_room(self) -> bool:
+        # Bulk writes never hold the last slot: an ordinary write that comes
+        # while a large fan-out runs finds one free, or waits for one write.
+        return self.bulk_in_flight < max(1, int(self.limit) - 1) and self.in_flight < int(self.limit)
+
+    async def acquire(self) -> bool:
+        """Wait for a slot; returns whether it is a bulk one (pass it back to
+        ``release``)."""
+        bulk = _BULK.get()
+        if bulk:
+            if not self._waiters and not self._bulk_waiters and self._bulk_room():
+                self.in_flight += 1
+                self.bulk_in_flight += 1
+                return True
+        elif self.in_flight < int(self.limit) and not self._waiters:
             self.in_flight += 1
-            return
+            return False
+        queue = self._bulk_waiters if bulk else self._waiters
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        queue.append(fut)
         try:
             await fut
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
-                self._release_slot()  # granted as we were cancelled: give it back
+                self._release_slot(bulk)  # granted as we were cancelled: give it back
             else:
-                self._waiters.remove(fut)
+                queue.remove(fut)
             raise
+        return bulk
 
-    def release(self, rtt_s: float | None) -> None:
+    def release(self, rtt_s: float | None, bulk: bool = False) -> None:
         """Give a slot back; ``rtt_s`` is how long the write took (None: it
         failed — failures shrink the limit like slow writes)."""
         self._observe(rtt_s)
-        self._release_slot()
+        self._release_slot(bulk)
 
-    def _release_slot(self) -> None:
+    def _release_slot(self, bulk: bool) -> None:
         self.in_flight -= 1
+        if bulk:
+            self.bulk_in_flight -= 1
         self._wake()
 
     def _wake(self) -> None:
@@ -112,6 +156,12 @@ class AdaptiveLimit:
             fut = self._waiters.popleft()
             if not fut.done():
                 self.in_flight += 1
+                fut.set_result(None)
+        while self._bulk_waiters and not self._waiters and self._bulk_room():
+            fut = self._bulk_waiters.popleft()
+            if not fut.done():
+                self.in_flight += 1
+                self.bulk_in_flight += 1
                 fut.set_result(None)
 
     def _observe(self, rtt_s: float | None) -> None:
@@ -136,14 +186,14 @@ class AdaptiveLimit:
 
     async def run(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run one write under the limit, timing it."""
-        await self.acquire()
+        bulk = await self.acquire()
         started = self._clock()
         try:
             result = await call()
         except BaseException:
-            self.release(None)
+            self.release(None, bulk)
             raise
-        self.release(self._clock() - started)
+        self.release(self._clock() - started, bulk)
         return result
 
     async def write_all(self, items: Iterable[T], write: Callable[[T], Awaitable[object]], window: int) -> None:
