@@ -82,6 +82,9 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         f"below comes from [`{results_link.rsplit('/', 1)[-1]}`]({results_link}), written by the same run. "
         "All baselines and ceilings were measured in that run, on the same machine and the same "
         "Cassandra node, so the targets are ratios that survive a noisy, shared machine.")
+    for partial in d.get("partial_runs") or []:
+        add(f"Re-run on {partial.get('started_at', '?')} with `python -m bench.run --only` and merged in: "
+            f"{', '.join(f'`{p}`' for p in partial.get('phases') or [])} (its section says so).")
     add("")
 
     experiment = d.get("experiment")
