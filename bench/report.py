@@ -32,6 +32,38 @@ PLOTS = {
 # --- markdown -----------------------------------------------------------------------
 
 
+def _streams_notes(sd: dict[str, Any]) -> str:
+    """The streams phase's own run, heartbeats and clients, in sentences
+    (each only when its figures exist); ends with a blank line if not empty."""
+    out = []
+    run = sd.get("run") or {}
+    if run:
+        load = run.get("load_average_1m") or {}
+        cores = run.get("cores") or 0
+        shared = (" **The machine was shared** (load above its cores), so the CPU-bound figures — latency and CPU "
+                  "shares — carry other jobs' noise; the memory figure does not."
+                  if max(load.get("start") or 0, load.get("end") or 0) > cores else "")
+        out.append(f"Measured {run.get('started_at', '—')} by `{run.get('command', '—')}`; 1-minute load average "
+                   f"{fmt(load.get('start'), 2)} at the start and {fmt(load.get('end'), 2)} at the end on {cores} "
+                   f"cores.{shared}")
+    hb = sd.get("heartbeats") or {}
+    if hb:
+        out.append(f"Heartbeats in the idle window: {fmt(hb.get('received_in_idle_window'))} arrived "
+                   f"({fmt(hb.get('expected_in_idle_window'))} expected), the longest wait for one on any stream "
+                   f"{fmt(hb.get('longest_wait_s'), 2)} s; the gateway's CPU per heartbeat "
+                   f"{fmt(hb.get('gateway_cpu_us_per_heartbeat'), 1)} µs.")
+    cl = sd.get("clients") or {}
+    if cl:
+        cpu = cl.get("cpu_per_s") or {}
+        lags = [lag.get("max") for lag in cl.get("loop_lag_ms") or [] if lag.get("max") is not None]
+        pct = {k: None if v is None else 100 * v for k, v in cpu.items()}
+        out.append(f"The clients ({fmt(cl.get('processes'))} processes) used {fmt(pct.get('idle'), 1)} % of a core "
+                   f"while idle and {fmt(pct.get('posting'), 1)} % while the posts arrived; their event loops woke "
+                   f"at most {fmt(max(lags) if lags else None, 0)} ms late, and "
+                   f"{fmt(cl.get('streams_ended_early'))} streams ended early.")
+    return " ".join(out) + "\n" if out else ""
+
+
 def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = None,
                     results_link: str = "../bench/results/latest.json") -> str:
     """The whole benchmarks page. ``plots`` maps PLOTS keys to paths relative
@@ -50,6 +82,9 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         f"below comes from [`{results_link.rsplit('/', 1)[-1]}`]({results_link}), written by the same run. "
         "All baselines and ceilings were measured in that run, on the same machine and the same "
         "Cassandra node, so the targets are ratios that survive a noisy, shared machine.")
+    for partial in d.get("partial_runs") or []:
+        add(f"Re-run on {partial.get('started_at', '?')} with `python -m bench.run --only` and merged in: "
+            f"{', '.join(f'`{p}`' for p in partial.get('phases') or [])} (its section says so).")
     add("")
 
     experiment = d.get("experiment")
@@ -294,6 +329,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         f"{fmt(deliveries.get('received'))} / {fmt(deliveries.get('expected'))}",
         fmt(st.get("kib_per_idle_stream"), 1), fmt(st.get("idle_heartbeat_cpu_percent"), 2)]]))
     add("")
+    add(_streams_notes(sd))
     for key in ("not_measured", "method"):
         if sd.get(key):
             add(str(sd[key]))

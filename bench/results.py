@@ -231,6 +231,58 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
     ]
 
 
+# --- partial runs ------------------------------------------------------------------
+
+# Describe the full run that produced the document: a partial run never replaces them.
+RUN_KEYS = ("machine", "versions", "peak_rss_mb")
+# The run's own bookkeeping in ``details``: a partial run keeps its copy in ``details.partial_runs``.
+RUN_DETAILS = ("mode", "started_at", "command", "plan", "tag", "notes", "phase_seconds", "duration_s",
+               "memory_method", "experiment")
+
+
+def _merge_figures(old: Any, new: Any) -> Any:
+    """``old`` with every figure ``new`` measured (a non-null leaf) put in."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        merged = dict(old)
+        for key, value in new.items():
+            merged[key] = _merge_figures(old.get(key), value) if key in old else value
+        return merged
+    return old if new is None or new == {} else new
+
+
+def merge_partial(previous: Mapping[str, Any], run: Mapping[str, Any], phases: list[str]) -> dict[str, Any]:
+    """The document of a run of only some ``phases`` (``--only``) folded into
+    the previous results, so that ``latest.json`` keeps every other key.
+
+    Figures the run measured replace the previous ones; figures it did not
+    measure (null) keep the previous value; the machine, versions and peak
+    RSS stay those of the full run. ``details`` gets the run's per-phase
+    details, and its own bookkeeping (date, plan, load, notes) is appended to
+    ``details.partial_runs``. Targets are evaluated again by ``finalize``."""
+    doc: dict[str, Any] = {k: v for k, v in previous.items() if k != "targets"}
+    for key, value in run.items():
+        if key in (*RUN_KEYS, "details", "targets"):
+            continue
+        doc[key] = _merge_figures(doc[key], value) if key in doc else value
+    for path in missing_keys(doc):  # keys added to the schema since the previous run: null
+        node, parts = doc, path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node.setdefault(parts[-1], None)
+    details = dict(previous.get("details") or {})
+    run_details = dict(run.get("details") or {})
+    for key, value in run_details.items():
+        if key not in RUN_DETAILS:
+            details[key] = value
+    entry = {k: run_details[k] for k in RUN_DETAILS if k in run_details and k != "plan"}
+    entry["phases"] = phases
+    entry["machine"] = run.get("machine")
+    entry["peak_rss_mb"] = run.get("peak_rss_mb")
+    details["partial_runs"] = [*(details.get("partial_runs") or []), entry]
+    doc["details"] = details
+    return doc
+
+
 # --- writing -----------------------------------------------------------------------
 
 

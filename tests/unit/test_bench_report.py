@@ -248,3 +248,27 @@ def test_markdown_tabulates_the_delivery_lag_sweep() -> None:
     assert "| 4.00 | 4,004 | 240 (238) | 5,000 | 9,100 | 9,500 |" in md
     assert "the sweep's method" in md
     assert "Delivery lag vs posting rate" not in report.render_markdown(fake_result())
+
+
+def test_a_partial_run_is_merged_keeping_every_other_figure() -> None:
+    previous = fake_result()
+    previous["details"] = {"started_at": "full run", "post_latency": {"method": "m"}}
+    del previous["celebrity"]  # an older document, before a schema addition
+    run = results.empty_result()
+    run["machine"] = {"cores": 2, "load_average": {"mean": 5.0}}
+    run["peak_rss_mb"] = {"api": 99.0, "social-graph": None, "tweet-store": None, "fanout-worker": None}
+    run["streams"] = {"streams": 1000, "rate_per_s": 5.0, "update_latency_ms": {"p50": 30.0, "p99": 400.0},
+                      "kib_per_idle_stream": 40.0, "idle_heartbeat_cpu_percent": 0.5}
+    run["details"] = {"started_at": "streams run", "streams": {"method": "s"}, "notes": []}
+    doc = results.finalize(results.merge_partial(previous, run, ["streams"]))
+    assert results.missing_keys(doc) == []
+    assert doc["streams"] == run["streams"]
+    assert doc["post_latency_ms"] == previous["post_latency_ms"]  # not measured now: kept
+    assert doc["fanout_rows_per_s"]["worker"] == 8000.0
+    assert doc["machine"] == previous["machine"] and doc["peak_rss_mb"] == previous["peak_rss_mb"]
+    assert doc["details"]["started_at"] == "full run" and doc["details"]["post_latency"] == {"method": "m"}
+    assert doc["details"]["streams"] == {"method": "s"}
+    [entry] = doc["details"]["partial_runs"]
+    assert entry["phases"] == ["streams"] and entry["started_at"] == "streams run"
+    assert entry["machine"]["load_average"]["mean"] == 5.0
+    assert doc["targets"]["stream_p99"]["pass"] is True and doc["targets"]["lag_p99"]["pass"] is False

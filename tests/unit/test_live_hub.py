@@ -6,6 +6,7 @@ across two gateway processes, is tests/e2e/test_streaming.py."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from fanline_api.config import LiveSettings
 from fanline_api.cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
-from fanline_api.live import CLOSE, QUEUE_MAX, Hub, Item, Stream
+from fanline_api.live import CLOSE, HEARTBEAT, HEARTBEAT_SLOTS, QUEUE_MAX, Hub, Item, Stream
 from fanline_shared import events
 from fanline_shared.domain import new_timeuuid, to_rfc3339, utcnow
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound, RateLimited
@@ -59,8 +60,8 @@ def make_hub(following: dict[str, list[str]]) -> tuple[Hub, FakeTweets]:
 
 def drain(stream: Stream) -> list[Item]:
     items = []
-    while not stream.queue.empty():
-        items.append(stream.queue.get_nowait())
+    while (item := stream.take_nowait()) is not None:
+        items.append(item)
     return items
 
 
@@ -139,6 +140,53 @@ async def test_a_slow_client_is_disconnected_not_buffered_without_bound() -> Non
         await hub.dispatch([created])
     assert drain(public) == [CLOSE]
     assert public.closed
+
+
+async def test_a_waiting_reader_wakes_on_offer_and_reads_in_order() -> None:
+    stream = Stream("public", None)
+    reader = asyncio.ensure_future(stream.next())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    first, second = Item("delete", "1"), Item("delete", "2")
+    stream.offer(first)
+    stream.offer(second)
+    assert await asyncio.wait_for(reader, 1) is first
+    assert await stream.next() is second
+
+
+async def test_one_timer_heartbeats_every_stream_once_a_period_staggered() -> None:
+    period = 0.3
+    hub = Hub(LiveSettings(enabled=True, heartbeat_s=period, max_streams_per_user=4, follow_refresh_s=300.0),
+              FakeSocial({}), FakeTweets())  # type: ignore[arg-type]
+    streams = [hub.open_public() for _ in range(3)]
+    assert len({s.slot for s in streams}) == 3  # spread over the slots
+    beats: dict[int, list[float]] = {i: [] for i in range(3)}
+
+    async def read(i: int) -> None:
+        while True:
+            item = await streams[i].next()
+            if item is CLOSE:
+                return
+            assert item is HEARTBEAT
+            beats[i].append(asyncio.get_running_loop().time())
+
+    readers = [asyncio.create_task(read(i)) for i in range(3)]
+    hub.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while min(len(b) for b in beats.values()) < 3 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        await hub.close_all()
+        for r in readers:
+            r.cancel()
+    for times in beats.values():
+        assert len(times) >= 3
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        # once a period, not once a tick (the mean: a late tick is followed by an early one, on a grid)
+        assert period * 0.7 <= sum(gaps) / len(gaps) <= period * 1.5, gaps
+    firsts = sorted(b[0] for b in beats.values())
+    assert firsts[-1] - firsts[0] >= period / HEARTBEAT_SLOTS  # not all in the same instant
 
 
 async def test_backlog_is_read_with_since_and_replayed_oldest_first() -> None:

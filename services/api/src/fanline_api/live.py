@@ -20,6 +20,12 @@ ignore ids they do not show). Follow merges send nothing (api.md).
 
 A stream's queue is bounded: a client too slow to keep up is disconnected and
 resumes with ``Last-Event-ID``, instead of growing the gateway's memory.
+
+Idle streams are cheap (docs/benchmarks.md, "Live streams"): one timer task
+per process sends every stream its heartbeat (instead of sse-starlette's
+ping task and timer per stream), staggered over ``HEARTBEAT_SLOTS`` ticks so
+1,000 streams do not all write in the same instant, and a stream's queue is a
+plain list with one waiter (an ``asyncio.Queue`` costs three deques, ~2.5 KiB).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ log = logging.getLogger(__name__)
 
 UNFOLLOW_DELETES = 100
 QUEUE_MAX = 256
+# Streams are spread over this many heartbeat ticks per heartbeat period.
+HEARTBEAT_SLOTS = 15
 # Resume backlog: pages read from tweet-store and the most items replayed.
 BACKLOG_PAGE = 100
 BACKLOG_MAX = 1000
@@ -64,29 +72,50 @@ class Item:
 
 # Ends a stream (shutdown or overflow); the client reconnects with Last-Event-ID.
 CLOSE = Item("close", "")
+# Time for the stream's heartbeat (a comment line).
+HEARTBEAT = Item("heartbeat", "")
 
 
 @dataclass(eq=False, slots=True)
 class Stream:
+    """One open stream: what it listens to, and its bounded queue of items
+    (one reader, the stream's relay)."""
+
     kind: str  # "home" or "public"
     owner: str | None  # canonical username of a home stream
-    queue: asyncio.Queue[Item] = field(default_factory=lambda: asyncio.Queue(QUEUE_MAX))
+    slot: int = 0  # which heartbeat tick pings it (Hub)
     following: frozenset[str] = frozenset()
     closed: bool = False
+    _items: list[Item] = field(default_factory=list)  # oldest first, at most QUEUE_MAX
+    _waiter: asyncio.Future[None] | None = None  # the relay waiting in next()
 
     def offer(self, item: Item) -> None:
         if self.closed:
             return
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
+        if len(self._items) >= QUEUE_MAX:
             # Too slow: drop what is queued and end the stream; it resumes
             # from Last-Event-ID on reconnect and misses nothing.
             log.info("stream of %s overflowed; disconnecting it", self.owner or "public")
-            while not self.queue.empty():
-                self.queue.get_nowait()
-            self.queue.put_nowait(CLOSE)
+            self._items.clear()
+            item = CLOSE
             self.closed = True
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next(self) -> Item:
+        """The oldest queued item, waiting for one if there is none."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.pop(0)  # at most QUEUE_MAX items: a list is cheaper than a deque here
+
+    def take_nowait(self) -> Item | None:
+        """The oldest queued item, or None (tests, and draining)."""
+        return self._items.pop(0) if self._items else None
 
 
 def tweet_item(tweet: dict[str, Any]) -> Item:
@@ -110,6 +139,8 @@ class Hub:
         self._public: set[Stream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._refresher: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._opened = 0  # streams ever opened: spreads them over the heartbeat slots
 
     # --- opening and closing -------------------------------------------------------
 
@@ -128,7 +159,7 @@ class Hub:
         if len(mine) >= self.settings.max_streams_per_user:
             raise RateLimited(f"at most {self.settings.max_streams_per_user} streams per user",
                               code="too_many_streams", retry_after=5)
-        stream = Stream("home", owner)
+        stream = Stream("home", owner, self._next_slot())
         mine.add(stream)
         metrics.STREAMS_OPEN.labels("home").inc()
         try:
@@ -141,10 +172,14 @@ class Hub:
         return stream
 
     def open_public(self) -> Stream:
-        stream = Stream("public", None)
+        stream = Stream("public", None, self._next_slot())
         self._public.add(stream)
         metrics.STREAMS_OPEN.labels("public").inc()
         return stream
+
+    def _next_slot(self) -> int:
+        self._opened += 1
+        return self._opened % HEARTBEAT_SLOTS
 
     def close(self, stream: Stream) -> None:
         """Forget a stream (idempotent)."""
@@ -276,6 +311,27 @@ class Hub:
 
     def start(self) -> None:
         self._refresher = asyncio.create_task(self._refresh_forever())
+        self._heartbeat = asyncio.create_task(self._heartbeat_forever())
+
+    def _streams(self) -> list[Stream]:
+        return [*self._public, *(s for group in self._by_owner.values() for s in group)]
+
+    async def _heartbeat_forever(self) -> None:
+        """Every ``heartbeat_s / HEARTBEAT_SLOTS``, queue a heartbeat for the
+        streams of the next slot: each stream gets one every ``heartbeat_s``
+        (ticks on a fixed grid, so the period does not drift past it), and a
+        process with 1,000 streams writes ~67 heartbeats a second rather than
+        1,000 at once. One task and one timer, whatever the number of streams."""
+        loop = asyncio.get_running_loop()
+        tick = self.settings.heartbeat_s / HEARTBEAT_SLOTS
+        start, n = loop.time(), 0
+        while True:
+            n += 1
+            await asyncio.sleep(max(0.0, start + n * tick - loop.time()))
+            slot = n % HEARTBEAT_SLOTS
+            for stream in self._streams():
+                if stream.slot == slot:
+                    stream.offer(HEARTBEAT)
 
     async def _refresh_forever(self) -> None:
         """Re-read following lists now and then: a missed Followed/Unfollowed
@@ -293,12 +349,13 @@ class Hub:
 
     async def close_all(self) -> None:
         """End every stream (shutdown): clients reconnect to another replica."""
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        for task in (self._refresher, self._heartbeat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for task in tuple(self._tasks):
             task.cancel()
-        for stream in [*self._public, *(s for group in self._by_owner.values() for s in group)]:
+        for stream in self._streams():
             stream.offer(CLOSE)
             self.close(stream)

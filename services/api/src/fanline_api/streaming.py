@@ -1,11 +1,14 @@
 """The stream routes: ``GET /v1/streaming/home`` and ``/v1/streaming/public``
 (api.md "Live updates — server-sent events").
 
-Framing, heartbeats (comment lines), client disconnects and server shutdown
-are sse-starlette's; this module authenticates, applies the per-user limit,
-replays what a reconnecting client missed (``Last-Event-ID``, read with the
-timelines' ``since`` machinery) and then relays the stream's live items
-(``live.py``), skipping updates already replayed.
+Framing, client disconnects and server shutdown are sse-starlette's; this
+module authenticates, applies the per-user limit, replays what a reconnecting
+client missed (``Last-Event-ID``, read with the timelines' ``since``
+machinery) and then relays the stream's live items (``live.py``), skipping
+updates already replayed. Heartbeats (comment lines) come through the same
+queue from the hub's one heartbeat timer: sse-starlette's own ping (a task and
+a timer per stream) is turned off, which measurably cut the memory of an idle
+stream (docs/benchmarks.md, "Live streams").
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from fanline_shared.errors import InvalidInput, Unauthorized, Unavailable
 from fanline_shared.web import route
 
 from .gateway import Gateway
-from .live import CLOSE, Hub, Stream, tweet_item
+from .live import CLOSE, HEARTBEAT, Hub, Stream, tweet_item
 from .webui.security import SESSION_COOKIE
 
 # A client that stops reading for this long is dropped (it resumes later).
 SEND_TIMEOUT_S = 30.0
+# The heartbeat comment, encoded once for every stream.
+PING = ServerSentEvent(comment="ping").encode()
 
 
 def hub(request: Request) -> Hub:
@@ -79,27 +84,31 @@ async def open_stream(request: Request, live: Hub, stream: Stream) -> Response:
         raise
     return EventSourceResponse(
         relay(live, stream, backlog),
-        ping=live.settings.heartbeat_s,
+        ping=0,  # no ping task per stream: the hub's heartbeat timer queues HEARTBEAT (live.py)
         headers={"Cache-Control": "no-store"},
         send_timeout=SEND_TIMEOUT_S,
         background=BackgroundTask(live.close, stream),  # also when the body never starts
     )
 
 
-async def relay(live: Hub, stream: Stream, backlog: list[dict[str, Any]]) -> AsyncIterator[ServerSentEvent]:
+async def relay(live: Hub, stream: Stream, backlog: list[dict[str, Any]]) -> AsyncIterator[ServerSentEvent | bytes]:
     kind = stream.kind
-    replayed: set[str] = set()
+    replayed: set[str] | None = set() if backlog else None  # an idle stream carries no empty set
     try:
         for tweet in backlog:
             item = tweet_item(tweet)
+            assert replayed is not None
             replayed.add(str(item.id))
             metrics.STREAM_EVENTS.labels(kind, "update").inc()
             yield ServerSentEvent(data=item.data, event="update", id=item.id)
         while True:
-            item = await stream.queue.get()
+            item = await stream.next()
             if item is CLOSE:
                 return
-            if item.id is not None and item.id in replayed:
+            if item is HEARTBEAT:
+                yield PING
+                continue
+            if replayed is not None and item.id is not None and item.id in replayed:
                 continue
             if item.created_at is not None:
                 metrics.STREAM_UPDATE_LATENCY.observe(max(0.0, time.time() - item.created_at))
