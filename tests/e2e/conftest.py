@@ -203,7 +203,11 @@ def cluster_infra() -> Iterator[ClusterInfra]:
     import infra as module  # deploy/local/infra (on sys.path above)
 
     state = os.environ.get("FANLINE_CLUSTER_INFRA_DIR", "").strip() or str(REPO / ".infra-cluster")
-    local = module.LocalInfra(module.InfraConfig.from_env(nodes=3, state_dir=state))
+    # Node restarts under load on two shared cores took up to ~140 s (a broker
+    # reloading every test session's partitions): more room than a cold start needs.
+    restart_s = {k: float(os.environ.get(f"FANLINE_{k.split('_')[0].upper()}_START_TIMEOUT", 300))
+                 for k in ("cassandra_start_timeout", "kafka_start_timeout")}
+    local = module.LocalInfra(module.InfraConfig.from_env(nodes=3, state_dir=state, **restart_s))
     try:
         local.check_prerequisites()
     except module.InfraUnavailable as exc:

@@ -18,17 +18,27 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    IllegalStateError,
+    KafkaError,
+    KafkaTimeoutError,
+    OutOfOrderSequenceNumber,
+    ProducerClosed,
+    ProducerFenced,
+    TopicAlreadyExistsError,
+)
 
 from . import metrics
 from .config import KafkaSettings
 from .domain import OutboxEvent
 from .errors import Unavailable
+from .policies import EVENT_PRODUCER, ProducerBounds
 
 log = logging.getLogger(__name__)
 
-CIRCUIT_OPEN_S = 2.0
 CLUSTER_GAUGES_EVERY_S = 5.0
+# After these a producer cannot send any more and is replaced (EventPublisher._unusable).
+FATAL_PRODUCER_ERRORS = (ProducerFenced, ProducerClosed, OutOfOrderSequenceNumber, IllegalStateError)
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
@@ -104,19 +114,47 @@ class EventPublisher:
     """Publishes outbox events to the events topic.
 
     ``publish`` returns False instead of raising when the broker is
-    unavailable: callers keep the event in the outbox for the relay.
+    unavailable: callers keep the event in the outbox for the relay. What the
+    publisher may hold meanwhile is bounded by a ``ProducerBounds`` policy
+    (``policies.EVENT_PRODUCER``): a circuit breaker after a failure, a cap on
+    unacknowledged events, and a producer kept across retriable failures
+    rather than replaced on each one.
     """
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, bounds: ProducerBounds = EVENT_PRODUCER) -> None:
         self._settings = settings
+        self._bounds = bounds
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
-        self._last_error: str | None = "not connected yet"
-        # After a failure the fast path skips the broker for a moment (a small
-        # circuit breaker) so requests do not each wait out a connect timeout
-        # while Kafka is down; the relay keeps trying meanwhile.
+        # The broker's own error, as the root cause for /readyz and the logs;
+        # never an ``Unavailable`` raised here about it (each would quote the
+        # last one, and the text doubled with every refused send -- 17.8 GB).
+        self._cause: str = "not connected yet"
+        # After a failure, sends are refused until then (the circuit is open).
         self._retry_at = 0.0
+        # Since when sends have failed without a success in between (None: the last one worked).
+        self._failing_since: float | None = None
+        self._unacked = 0
         self._gauges_at = 0.0
+
+    @property
+    def last_error(self) -> str:
+        """Why the last send or connect failed (bounded text)."""
+        return self._cause
+
+    @property
+    def unacked(self) -> int:
+        """Events handed to the producer and neither acknowledged nor failed yet."""
+        return self._unacked
+
+    def _admit(self) -> None:
+        """Raise ``Unavailable`` while the circuit is open or the producer holds
+        ``max_unacked`` events: the caller leaves the event to the relay."""
+        if time.monotonic() < self._retry_at:
+            raise Unavailable(f"kafka unavailable: {self._cause}")
+        if self._unacked >= self._bounds.max_unacked:
+            raise Unavailable(f"kafka producer holds {self._unacked} unacknowledged events; "
+                              f"refusing more until the broker answers ({self._cause})")
 
     async def _ensure(self) -> AIOKafkaProducer:
         if self._producer is not None:
@@ -124,8 +162,7 @@ class EventPublisher:
         async with self._lock:
             if self._producer is not None:
                 return self._producer
-            if time.monotonic() < self._retry_at:
-                raise Unavailable(f"kafka unavailable: {self._last_error}")
+            self._admit()
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._settings.bootstrap,
                 enable_idempotence=self._settings.idempotence,
@@ -136,30 +173,89 @@ class EventPublisher:
             try:
                 await asyncio.wait_for(producer.start(), self._settings.request_timeout_s)
             except (TimeoutError, KafkaError, OSError) as exc:
-                await _quiet_close(producer)
-                self._last_error = repr(exc)
-                self._retry_at = time.monotonic() + CIRCUIT_OPEN_S
-                raise Unavailable(f"kafka unavailable: {exc!r}") from None
+                await self._stop(producer)
+                self._remember(exc)
+                raise Unavailable(f"kafka unavailable: {self._cause}") from None
             self._producer = producer
-            self._last_error = None
             return producer
 
+    def _track(self, future: asyncio.Future[Any]) -> None:
+        """Count an event the producer now holds until its future settles."""
+        self._unacked += 1
+        metrics.KAFKA_PRODUCER_UNACKED.set(self._unacked)
+
+        def settled(f: asyncio.Future[Any]) -> None:
+            self._unacked -= 1
+            metrics.KAFKA_PRODUCER_UNACKED.set(self._unacked)
+            if not f.cancelled():
+                f.exception()  # retrieved: a send given up on must not log "never retrieved"
+
+        future.add_done_callback(settled)
+
+    async def _send(self, producer: AIOKafkaProducer, event: OutboxEvent) -> asyncio.Future[Any]:
+        """Hand one event to the producer; its future settles on the broker's answer."""
+        future: asyncio.Future[Any] = await producer.send(self._settings.events_topic, event.payload,
+                                                          key=event.key.encode())
+        self._track(future)
+        return future
+
+    def _remember(self, exc: BaseException) -> None:
+        """Keep the broker's error (bounded) and open the circuit."""
+        self._cause = repr(exc)[: self._bounds.max_error_chars]
+        now = time.monotonic()
+        self._retry_at = now + self._bounds.circuit_open_s
+        if self._failing_since is None:
+            self._failing_since = now
+
+    def _failed(self, exc: BaseException) -> None:
+        """Count a failed send; remember it unless it was refused here (an
+        ``Unavailable`` from ``_admit``/``_ensure``, whose cause is already
+        kept: re-opening the circuit on every refusal would keep it open for
+        as long as requests arrive)."""
+        metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
+        if not isinstance(exc, Unavailable):
+            self._remember(exc)
+
+    def _succeeded(self, producer: AIOKafkaProducer, started: float) -> None:
+        metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
+        self._failing_since = None
+        self._observe_cluster(producer)
+
+    def _unusable(self, exc: BaseException) -> bool:
+        """True if the producer must be replaced after ``exc``: it cannot send
+        any more (fenced, closed, its sender task died -- aiokafka then raises
+        a bare ``KafkaError``), or nothing has succeeded for ``replace_after_s``.
+        A timeout or a retriable error keeps it: it still holds the event and
+        delivers it once a leader answers, in order with the others."""
+        if isinstance(exc, FATAL_PRODUCER_ERRORS) or type(exc) is KafkaError:
+            return True
+        return self._failing_since is not None and time.monotonic() - self._failing_since > self._bounds.replace_after_s
+
+    async def _after_failure(self, exc: BaseException) -> None:
+        self._failed(exc)
+        if self._producer is not None and self._unusable(exc):
+            log.warning("replacing the Kafka producer after %s", self._cause)
+            self._failing_since = time.monotonic()  # the next one gets replace_after_s too
+            await self._reset()
+
     async def publish(self, event: OutboxEvent) -> bool:
-        """Send one event and wait for the broker's acknowledgement."""
+        """Send one event and wait (``FANLINE_KAFKA_TIMEOUT_S``) for the
+        broker's acknowledgement; False if refused, failed or timed out -- the
+        producer may still deliver it later, and the relay publishes it from
+        the outbox anyway (the worker is idempotent)."""
         started = time.perf_counter()
         try:
+            self._admit()
             producer = await self._ensure()
-            await asyncio.wait_for(
-                producer.send_and_wait(self._settings.events_topic, event.payload, key=event.key.encode()),
-                self._settings.request_timeout_s,
-            )
+            deadline = time.monotonic() + self._settings.request_timeout_s
+            future = await asyncio.wait_for(self._send(producer, event), self._settings.request_timeout_s)
+            # shield: giving up waiting must not cancel the event inside the producer,
+            # which still counts it until the broker answers.
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
         except (TimeoutError, Unavailable, KafkaError, OSError) as exc:
-            metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
-            self._last_error = repr(exc)
-            await self._reset()
+            await self._after_failure(exc)
             return False
-        metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
-        self._observe_cluster(producer)
+        self._succeeded(producer, started)
         return True
 
     def _observe_cluster(self, producer: AIOKafkaProducer) -> None:
@@ -187,52 +283,76 @@ class EventPublisher:
         metrics.KAFKA_UNDER_REPLICATED.set(under)
 
     async def publish_many(self, events: list[OutboxEvent]) -> list[OutboxEvent]:
-        """Send a batch; return the events the broker acknowledged."""
+        """Send a batch; return the events the broker acknowledged within
+        ``FANLINE_KAFKA_TIMEOUT_S`` (one deadline for the whole batch). At most
+        the room left under ``max_unacked`` is sent; the rest stays pending."""
         if not events:
             return []
+        started = time.perf_counter()
         try:
+            self._admit()
             producer = await self._ensure()
         except Unavailable:
             return []
-        futures = []
-        started = time.perf_counter()
+        batch = events[: self._bounds.max_unacked - self._unacked]
+        sent: list[tuple[OutboxEvent, asyncio.Future[Any]]] = []
+        error: BaseException | None = None
+
+        async def hand_over() -> None:
+            for event in batch:
+                sent.append((event, await self._send(producer, event)))
+
+        deadline = time.monotonic() + self._settings.request_timeout_s
         try:
-            for event in events:
-                futures.append(
-                    (event, await producer.send(self._settings.events_topic, event.payload, key=event.key.encode()))
-                )
-        except (KafkaError, OSError) as exc:
-            metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
-        done: list[OutboxEvent] = []
-        for event, future in futures:
-            try:
-                await asyncio.wait_for(future, self._settings.request_timeout_s)
-                metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
-                done.append(event)
-            except (TimeoutError, KafkaError, OSError) as exc:
-                metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
-                self._last_error = repr(exc)
-        if len(done) < len(events):
-            await self._reset()
-        elif done:
-            self._observe_cluster(producer)
+            await asyncio.wait_for(hand_over(), self._settings.request_timeout_s)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            error = exc
+        if sent:
+            await asyncio.wait([f for _, f in sent], timeout=max(0.0, deadline - time.monotonic()))
+        done = [event for event, f in sent if f.done() and not f.cancelled() and f.exception() is None]
+        if len(done) < len(batch):
+            if error is None:
+                failures = [f.exception() for _, f in sent if f.done() and not f.cancelled()]
+                error = next((e for e in failures if e is not None), None) or TimeoutError(
+                    f"{len(batch) - len(done)} of {len(batch)} events not acknowledged in time")
+            await self._after_failure(error)
+        if done:
+            self._succeeded(producer, started)
         return done
 
     async def ping(self) -> None:
-        """Raise ``Unavailable`` unless a producer is connected (or can be)."""
+        """Raise ``Unavailable`` unless a producer is connected (or can be) and
+        knows the events topic's partitions."""
         producer = await self._ensure()
         try:
             await asyncio.wait_for(producer.partitions_for(self._settings.events_topic), 3.0)
         except (TimeoutError, KafkaError, OSError) as exc:
-            await self._reset()
-            raise Unavailable(f"kafka unavailable: {exc!r}") from None
+            raise Unavailable(f"kafka unavailable: {repr(exc)[: self._bounds.max_error_chars]}") from None
 
     async def _reset(self) -> None:
-        self._retry_at = time.monotonic() + CIRCUIT_OPEN_S
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:
-            await _quiet_close(producer)
+            await self._stop(producer)
+
+    async def _stop(self, producer: AIOKafkaProducer) -> None:
+        """Stop a producer within about ``2 * close_s``. ``stop()`` first waits
+        for everything queued to be delivered, which an idempotent producer
+        retries until a leader answers -- forever while none does; so what is
+        still queued after ``close_s`` is failed first (each event is in the
+        outbox, which the relay publishes)."""
+        try:
+            await asyncio.wait_for(producer.flush(), self._bounds.close_s)
+        except (TimeoutError, KafkaError, OSError):
+            # aiokafka has no public "close now"; its accumulator's fail_all is what
+            # the producer itself calls when its sender dies.
+            accumulator = getattr(producer, "_message_accumulator", None)
+            if accumulator is not None:
+                accumulator.fail_all(KafkaTimeoutError("producer closed before the broker acknowledged"))
+        try:
+            await asyncio.wait_for(producer.stop(), self._bounds.close_s)
+        except Exception as exc:  # noqa: BLE001 - a producer being dropped may fail to close
+            log.warning("stopping a Kafka producer: %r", exc)
 
     async def close(self) -> None:
         await self._reset()

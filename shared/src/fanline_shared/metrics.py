@@ -122,6 +122,11 @@ KAFKA_PRODUCE_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
+KAFKA_PRODUCER_UNACKED = Gauge(
+    "fanline_kafka_producer_unacked",
+    "Events the gateway's producer holds unacknowledged (bounded by policies.EVENT_PRODUCER.max_unacked)",
+    multiprocess_mode="livesum",
+)
 # --- cluster nodes, as the clients see them (docs/operations.md, "Cluster nodes") ----
 # No Cassandra or Kafka exporter is needed for these: the driver's and the
 # producer's own view of the nodes, refreshed by their metadata.

@@ -139,3 +139,38 @@ class FanoutYield:
 
     page_window: int = DEFAULT_HOME_WRITE_WINDOW
     quiet_s: float = DEFAULT_FANOUT_YIELD_S
+
+
+@dataclass(frozen=True)
+class ProducerBounds:
+    """What the gateway's event producer (``kafka.EventPublisher``) may hold
+    while the brokers fail. Every event it sends is already in its owner's
+    outbox, so refusing one costs only latency (the relay publishes it a few
+    seconds later), never the event; these bounds make refusing the default
+    once the broker stops answering, instead of piling up work in the process.
+
+    * ``circuit_open_s``: after a failed send, sends are refused this long
+      without touching the broker (a small circuit breaker).
+    * ``max_unacked``: events handed to the producer and not yet acknowledged
+      or failed; past it sends are refused. An idempotent aiokafka producer
+      never expires a batch (it retries until a leader takes it), so this is
+      the only bound on its queue while a partition has no reachable leader.
+    * ``replace_after_s``: a producer is kept across timeouts and retriable
+      errors (it is still delivering, in order, what it holds); it is replaced
+      only when it is unusable (fenced, closed, its sender died) or has failed
+      without a single success for this long.
+    * ``close_s``: how long a replaced (or shutting-down) producer may flush
+      before what it still holds is failed and it is stopped.
+    * ``max_error_chars``: the last error kept for ``/readyz`` and the logs.
+    """
+
+    name: str
+    circuit_open_s: float
+    max_unacked: int
+    replace_after_s: float
+    close_s: float
+    max_error_chars: int = 300
+
+
+EVENT_PRODUCER = ProducerBounds("event_producer", circuit_open_s=2.0, max_unacked=2000, replace_after_s=30.0,
+                                close_s=5.0)

@@ -1,0 +1,148 @@
+"""The gateway's event publisher stays bounded while the brokers fail
+(``shared/kafka.py``, policy ``policies.EVENT_PRODUCER``).
+
+A Kafka broker killed under load once grew the gateway to 17.8 GB and an OOM
+kill (docs/reliability.md): every send refused by the open circuit quoted the
+previous error in its own, so the kept error text doubled with each refusal,
+and each producer given up on was never stopped (``close()`` is not an
+aiokafka producer method, and the error was swallowed). The first test uses a
+real (unreachable) broker address; the others a fake producer, because a
+real broker cannot be made to hold a send unanswered on cue. The real
+broker kill is ``tests/e2e/test_cluster.py::test_kafka_controller_and_leader_killed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from aiokafka.errors import ProducerFenced
+
+from fanline_shared import kafka
+from fanline_shared.config import KafkaSettings
+from fanline_shared.domain import OutboxEvent
+from fanline_shared.errors import Unavailable
+from fanline_shared.policies import EVENT_PRODUCER
+
+
+def settings(bootstrap: str = "127.0.0.1:9", timeout_s: float = 1.0) -> KafkaSettings:
+    return KafkaSettings(bootstrap=bootstrap, idempotence=True, events_topic="events", dlq_topic="dlq",
+                         chunks_topic="chunks", partitions=1, replication_factor=1, request_timeout_s=timeout_s)
+
+
+def event() -> OutboxEvent:
+    return OutboxEvent(uuid.uuid4(), "alice", b"{}")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_the_error_kept_for_readyz_does_not_grow_with_refused_sends() -> None:
+    publisher = kafka.EventPublisher(settings(f"127.0.0.1:{closed_port()}"))
+    for _ in range(24):  # one failed connect, then refusals while the circuit is open
+        assert await publisher.publish(event()) is False
+    with pytest.raises(Unavailable) as refused:
+        await publisher.ping()
+    # Before the fix this text was ~2**24 characters (it doubled per refusal).
+    assert len(str(refused.value)) < 1000, len(str(refused.value))
+    assert "KafkaConnectionError" in str(refused.value)  # the broker's own error, not one about it
+    await publisher.close()
+
+
+class FakeAccumulator:
+    def __init__(self, producer: FakeProducer) -> None:
+        self._producer = producer
+
+    def fail_all(self, exc: BaseException) -> None:
+        for f in self._producer.pending:
+            if not f.done():
+                f.set_exception(exc)
+
+
+class FakeProducer:
+    """An AIOKafkaProducer whose broker never answers a send (or raises ``send_error``)."""
+
+    made: list[FakeProducer] = []
+    send_error: BaseException | None = None
+
+    def __init__(self, **kw: Any) -> None:
+        self.pending: list[asyncio.Future[Any]] = []
+        self.stopped = False
+        self._message_accumulator = FakeAccumulator(self)
+        FakeProducer.made.append(self)
+
+    async def start(self) -> None:
+        return None
+
+    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+        if FakeProducer.send_error is not None:
+            raise FakeProducer.send_error
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending.append(f)
+        return f
+
+    async def flush(self) -> None:
+        await asyncio.wait(self.pending) if self.pending else None
+
+    async def stop(self) -> None:
+        await self.flush()  # like aiokafka: waits for every queued batch
+        self.stopped = True
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeProducer]:
+    FakeProducer.made = []
+    FakeProducer.send_error = None
+    monkeypatch.setattr(kafka, "AIOKafkaProducer", FakeProducer)
+    return FakeProducer
+
+
+BOUNDS = replace(EVENT_PRODUCER, circuit_open_s=0.0, max_unacked=5, replace_after_s=3600.0, close_s=0.05)
+
+
+async def test_timeouts_keep_the_producer_and_cap_what_it_holds(fake: type[FakeProducer]) -> None:
+    publisher = kafka.EventPublisher(settings(timeout_s=0.01), BOUNDS)
+    results = [await publisher.publish(event()) for _ in range(20)]
+    assert results == [False] * 20
+    assert len(fake.made) == 1  # not replaced on each timeout: it still holds the events
+    assert len(fake.made[0].pending) == 5 and publisher.unacked == 5  # the rest refused, left to the relay
+    assert await publisher.publish_many([event() for _ in range(10)]) == []
+    assert len(fake.made[0].pending) == 5
+    await publisher.close()
+    assert fake.made[0].stopped and publisher.unacked == 0  # its backlog failed, then stopped
+
+
+async def test_the_relay_batch_sends_only_the_room_left(fake: type[FakeProducer]) -> None:
+    publisher = kafka.EventPublisher(settings(timeout_s=0.01), BOUNDS)
+    assert await publisher.publish_many([event() for _ in range(12)]) == []
+    assert len(fake.made[0].pending) == 5
+    await publisher.close()
+
+
+async def test_an_unusable_producer_is_replaced_and_stopped(fake: type[FakeProducer]) -> None:
+    publisher = kafka.EventPublisher(settings(timeout_s=0.01), BOUNDS)
+    fake.send_error = ProducerFenced()
+    assert await publisher.publish(event()) is False
+    assert fake.made[0].stopped  # before the fix: "closed" with a method it lacks, left running
+    fake.send_error = None
+    assert await publisher.publish(event()) is False  # times out, on a new producer
+    assert len(fake.made) == 2
+    await publisher.close()
+
+
+async def test_a_producer_failing_too_long_is_replaced_within_close_s(fake: type[FakeProducer]) -> None:
+    publisher = kafka.EventPublisher(settings(timeout_s=0.01), replace(BOUNDS, replace_after_s=0.05))
+    assert await publisher.publish(event()) is False
+    await asyncio.sleep(0.06)
+    assert await asyncio.wait_for(publisher.publish(event()), 1.0) is False  # stop() would wait forever
+    assert fake.made[0].stopped and publisher.unacked == 0
+    assert await publisher.publish(event()) is False
+    assert len(fake.made) == 2
+    await publisher.close()
