@@ -48,7 +48,7 @@ class StreamPlan:
     duration_s: float = 60.0
     idle_s: float = 30.0  # CPU window, with and without the streams open
     readers: int = 2  # client processes holding the streams
-    heartbeat_s: float = 15.0  # the gateway's FANLINE_STREAM_HEARTBEAT_S (the default)
+    heartbeat_s: float = 12.0  # the gateway's FANLINE_STREAM_HEARTBEAT_S (the default)
 
 
 async def run(bench: Bench) -> None:
@@ -343,7 +343,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--idle", type=float, default=16.0)
     parser.add_argument("--readers", type=int, default=2, help="client processes")
-    parser.add_argument("--heartbeat", type=float, default=15.0, help="the gateway's FANLINE_STREAM_HEARTBEAT_S")
+    parser.add_argument("--heartbeat", type=float, default=12.0, help="the gateway's FANLINE_STREAM_HEARTBEAT_S")
     args = parser.parse_args()
     plan = StreamPlan(streams=args.streams, authors=args.authors, rate_per_s=args.rate, duration_s=args.duration,
                       idle_s=args.idle, readers=args.readers, heartbeat_s=args.heartbeat)

@@ -52,7 +52,7 @@ class LiveSettings:
     def from_env(cls, env: Env) -> LiveSettings:
         return cls(
             enabled=env.boolean("FANLINE_STREAMING", True),
-            heartbeat_s=min(env.number("FANLINE_STREAM_HEARTBEAT_S", 15.0, positive=True), 15.0),
+            heartbeat_s=min(env.number("FANLINE_STREAM_HEARTBEAT_S", 12.0, positive=True), 14.0),
             max_streams_per_user=env.integer("FANLINE_STREAMS_PER_USER", 4, minimum=1),
             follow_refresh_s=env.number("FANLINE_STREAM_FOLLOW_REFRESH_S", 300.0, positive=True),
         )
