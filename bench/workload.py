@@ -144,6 +144,8 @@ def server_view(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
             "shed_wait_max_bucket_ms": _ms(openloop.histogram_quantile(
                 b, a, "fanline_admission_queue_wait_seconds", 1.0, ('outcome="shed"',))),
         }
+    # Every worker's buckets, kept apart by a suffix after the labels (the
+    # quantile sums them per bucket bound).
     lag_b: dict[str, float] = {}
     lag_a: dict[str, float] = {}
     for name in after:
@@ -152,7 +154,9 @@ def server_view(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
             lag_a.update({f"{k}@{name}": v for k, v in after[name].items()})
     lag = {f"p{q}": _ms(openloop.histogram_quantile(lag_b, lag_a, "fanline_delivery_lag_seconds", q / 100))
            for q in (50, 99)}
-    lag["tweets"] = int(openloop.counter_increase(lag_b, lag_a, "fanline_delivery_lag_seconds_count"))
+    lag["tweets"] = int(sum(openloop.counter_increase(before.get(name, {}), after[name],
+                                                      "fanline_delivery_lag_seconds_count")
+                            for name in after if name.startswith("fanout-worker")))
     return {"gateway_route_ms": routes, "admission": shed, "delivery_lag_ms": lag}
 
 

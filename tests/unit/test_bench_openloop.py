@@ -164,3 +164,24 @@ def test_overload_targets(change: dict[str, object], key: str, expected: bool | 
     doc["overload"].update(change)
     verdict = {t.key: t.passed for t in results.evaluate_targets(doc)}
     assert verdict[key] is expected
+
+
+def test_server_view_sums_every_workers_lag_and_reads_the_gateway_per_route() -> None:
+    from bench import workload
+
+    lag = "fanline_delivery_lag_seconds"
+    before = {"fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 1.0, f'{lag}_bucket{{le="+Inf"}}': 1.0, f"{lag}_count": 1.0},
+              "api": {}}
+    after = {"fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 5.0, f'{lag}_bucket{{le="+Inf"}}': 6.0, f"{lag}_count": 6.0},
+             "fanout-worker-2": {f'{lag}_bucket{{le="1.0"}}': 4.0, f'{lag}_bucket{{le="+Inf"}}': 4.0,
+                                 f"{lag}_count": 4.0},
+             "api": {'fanline_http_request_duration_seconds_bucket{le="0.01",method="POST",route="/v1/tweets",'
+                     'service="api"}': 10.0,
+                     'fanline_http_request_duration_seconds_bucket{le="+Inf",method="POST",route="/v1/tweets",'
+                     'service="api"}': 10.0,
+                     'fanline_admission_shed_total{reason="deadline",route="/v1/timeline",service="api"}': 7.0}}
+    view = workload.server_view(before, after)
+    assert view["delivery_lag_ms"] == {"p50": 562.5, "p99": 1000.0, "tweets": 9}  # 8 of 9 within 1 s
+    assert view["gateway_route_ms"]["post"] == {"p50": 5.0, "p99": 9.9}
+    assert view["gateway_route_ms"]["home"] == {"p50": None, "p99": None}
+    assert view["admission"]["api"]["shed"] == 7
