@@ -70,7 +70,27 @@ async def seed(api: str, prefix: str, users: int, mean_following: int, rng: rand
     """Create the population through the public API (idempotent follows)."""
     population = openloop.zipf_population(prefix, users, mean_following, rng)
     tokens: dict[str, str] = {}
-    async with httpx.AsyncClient(base_url=api, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=api, timeout=60) as client:
+
+        class Polite:
+            """A client that honours a 503's Retry-After (admission control
+            sheds seeding too when the limit is small), up to 10 tries."""
+
+            async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+                for _ in range(10):
+                    r = await client.request(method, url, **kw)
+                    if r.status_code != 503 or "retry-after" not in r.headers:
+                        return r
+                    await asyncio.sleep(min(1.0, float(r.headers["retry-after"])) * rng.uniform(0.5, 1.0))
+                return r
+
+            async def post(self, url: str, **kw: Any) -> httpx.Response:
+                return await self.request("POST", url, **kw)
+
+            async def put(self, url: str, **kw: Any) -> httpx.Response:
+                return await self.request("PUT", url, **kw)
+
+        http = Polite()
 
         async def sign_up(name: str) -> None:
             r = await http.post("/v1/users", json={"username": name, "password": PASSWORD})

@@ -56,6 +56,33 @@ async def test_a_waiter_that_gets_no_slot_within_the_deadline_is_refused_at_the_
     assert gate.in_flight == 2 and gate.waiting == 0  # nothing leaked
 
 
+async def test_after_a_refusal_at_the_deadline_a_full_gate_refuses_at_once_for_a_while() -> None:
+    now = [0.0]
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=0.02, fast_refusal_s=1.0),
+                clock=lambda: now[0])
+    await gate.enter()
+    with pytest.raises(Overloaded) as first:
+        await gate.enter()  # waits its 20 ms, then refused
+    assert first.value.reason == "deadline"  # type: ignore[attr-defined]
+    now[0] = 0.5
+    started = time.perf_counter()
+    with pytest.raises(Overloaded) as second:
+        await gate.enter()
+    assert time.perf_counter() - started < 0.01
+    assert second.value.reason == "overloaded"  # type: ignore[attr-defined]
+    now[0] = 1.5  # the overload is a second old: a burst may queue again
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1
+    gate.leave()
+    await waiter
+    # A free slot is always taken, overload or not.
+    gate.leave()
+    now[0] = 1.6
+    gate._last_deadline_refusal = 1.6
+    assert await gate.enter() == 0.0
+
+
 async def test_past_the_queue_bound_a_request_is_refused_without_waiting() -> None:
     gate = Gate(policy(max_in_flight=1, max_queue=1, queue_deadline_s=1.0))
     await gate.enter()
@@ -173,7 +200,8 @@ def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette
 async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast() -> None:
     hold = asyncio.Event()
     service = "unit-admission-a"
-    app = app_with(policy(max_in_flight=2, max_queue=2, queue_deadline_s=0.05), service, hold)
+    app = app_with(policy(max_in_flight=2, max_queue=2, queue_deadline_s=0.05, exempt_prefixes=("/v1/streaming/",)),
+                   service, hold)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         held = [asyncio.create_task(client.get(f"/v1/slow/u{i}")) for i in range(2)]
         await asyncio.sleep(0.01)
@@ -185,7 +213,9 @@ async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast
         stream = asyncio.create_task(client.get("/v1/streaming/home"))
         background = asyncio.create_task(client.get("/v1/slow/bg", headers={PRIORITY_HEADER: BACKGROUND}))
         await asyncio.sleep(0.01)
-        assert not stream.done() and not background.done()  # admitted, not refused
+        # Admitted, not refused (a full gate in its fast-refusal second would
+        # have answered them at once).
+        assert not stream.done() and not background.done()
         hold.set()
         assert [r.status_code for r in await asyncio.gather(*held, stream, background)] == [200] * 4
     assert elapsed < 0.1
@@ -219,9 +249,10 @@ async def test_off_when_max_in_flight_is_zero() -> None:
 
 def test_settings_override_the_named_policy_and_refuse_nonsense() -> None:
     p = admission_policy(Env({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "3", "FANLINE_ADMISSION_QUEUE_DEADLINE_S": "0.02",
-                              "FANLINE_ADMISSION_MAX_QUEUE": "7", "FANLINE_ADMISSION_RETRY_AFTER_S": "2"}),
+                              "FANLINE_ADMISSION_MAX_QUEUE": "7", "FANLINE_ADMISSION_RETRY_AFTER_S": "2",
+                              "FANLINE_ADMISSION_FAST_REFUSAL_S": "0"}),
                          GATEWAY_ADMISSION)
-    assert (p.max_in_flight, p.queue_deadline_s, p.max_queue, p.retry_after_s) == (3, 0.02, 7, 2)
+    assert (p.max_in_flight, p.queue_deadline_s, p.max_queue, p.retry_after_s, p.fast_refusal_s) == (3, 0.02, 7, 2, 0)
     assert p.exempt_prefixes == GATEWAY_ADMISSION.exempt_prefixes
     assert admission_policy(Env({}), GATEWAY_ADMISSION) == GATEWAY_ADMISSION
     for bad in ({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "-1"}, {"FANLINE_ADMISSION_QUEUE_DEADLINE_S": "soon"},

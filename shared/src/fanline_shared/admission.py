@@ -54,14 +54,16 @@ class Gate:
     them taken waits, in arrival order, at most ``policy.queue_deadline_s``.
 
     ``enter()`` returns how long it waited, or raises ``Overloaded`` (with
-    ``reason`` ``queue_full`` or ``deadline``); every successful ``enter()``
-    is paired with one ``leave()``."""
+    ``reason`` ``queue_full``, ``deadline``, or ``overloaded`` — refused at
+    once within ``policy.fast_refusal_s`` of a refusal at the deadline);
+    every successful ``enter()`` is paired with one ``leave()``."""
 
     def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter) -> None:
         self.policy = policy
         self._clock = clock
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._last_deadline_refusal = float("-inf")
 
     @property
     def in_flight(self) -> int:
@@ -78,6 +80,8 @@ class Gate:
         if len(self._waiters) >= self.policy.max_queue or self.policy.queue_deadline_s <= 0:
             raise _overloaded(self.policy, "queue_full")
         started = self._clock()
+        if started - self._last_deadline_refusal < self.policy.fast_refusal_s:
+            raise _overloaded(self.policy, "overloaded")  # sustained overload: no point waiting
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(slot)
         try:
@@ -85,6 +89,7 @@ class Gate:
                 await slot
         except TimeoutError:
             if not (slot.done() and not slot.cancelled()):
+                self._last_deadline_refusal = self._clock()
                 raise _overloaded(self.policy, "deadline") from None
             # leave() handed us the slot just as the deadline passed: keep it.
         except BaseException:

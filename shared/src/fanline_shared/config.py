@@ -128,6 +128,7 @@ def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
         queue_deadline_s=env.number("FANLINE_ADMISSION_QUEUE_DEADLINE_S", default.queue_deadline_s),
         max_queue=env.integer("FANLINE_ADMISSION_MAX_QUEUE", default.max_queue, minimum=0),
         retry_after_s=env.integer("FANLINE_ADMISSION_RETRY_AFTER_S", default.retry_after_s, minimum=1),
+        fast_refusal_s=env.number("FANLINE_ADMISSION_FAST_REFUSAL_S", default.fast_refusal_s),
     )
 
 

@@ -55,7 +55,7 @@ HTTP_LATENCY = Histogram(
 # Admission control (admission.py): what each service refused past its capacity.
 ADMISSION_SHED = Counter(
     "fanline_admission_shed_total",
-    "Requests refused with 503 by admission control, by reason (queue_full, deadline)",
+    "Requests refused with 503 by admission control, by reason (queue_full, deadline, overloaded)",
     ["service", "route", "reason"],
 )
 ADMISSION_IN_FLIGHT = Gauge(
