@@ -141,6 +141,7 @@ def saturation_plot(doc: Mapping[str, Any], plt: Any, save: Callable[[Any, str],
     ax.axhline(100, color="tab:blue", linestyle=":", linewidth=1)
     ax.set_xlabel("offered requests/s (open loop)")
     ax.set_ylabel("post p99 (ms)")
+    ax.set_ylim(bottom=0)
     lag = [(p[0], p[2]) for p in points if p[2] is not None]
     if lag:
         ax2 = ax.twinx()
@@ -148,9 +149,10 @@ def saturation_plot(doc: Mapping[str, Any], plt: Any, save: Callable[[Any, str],
                  label="delivery lag p99 (s)")
         ax2.axhline(2, color="tab:orange", linestyle=":", linewidth=1)
         ax2.set_ylabel("delivery lag p99 (s)")
+        ax2.set_ylim(bottom=0)
     cap = (doc.get("saturation") or {}).get("capacity_per_s")
     if cap:
         ax.axvline(cap, color="grey", linestyle="--", linewidth=1)
     ax.set_title(f"Saturation: capacity {fmt(cap, 0)} requests/s")
-    fig.legend(loc="upper left")
+    fig.legend(loc="upper left", bbox_to_anchor=(0.1, 0.88), fontsize=8)
     save(fig, "saturation")
