@@ -13,6 +13,8 @@ PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e servic
 # Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
 KUBECONFORM_VERSION := v0.7.0
 KUSTOMIZE_VERSION   := v5.7.1
+# The benchmark's open-loop generator (bench/loadgen.py), built from the Go module proxy into bench/.tools.
+VEGETA_VERSION      := v12.12.0
 # NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
 # (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
 NODES  ?= 1
@@ -65,12 +67,17 @@ test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
-.PHONY: bench bench-quick
-bench: $(STAMP)  ## benchmarks on real Cassandra + Kafka (long): bench/results/ and docs/benchmarks.md
+.PHONY: bench bench-quick bench-tools
+bench-tools:  ## vegeta, the benchmark's open-loop load generator (Go module proxy), into bench/.tools; idempotent
+	@test -x bench/.tools/vegeta-$(VEGETA_VERSION) || { GOBIN=$(abspath bench/.tools) go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION) \
+	  && mv bench/.tools/vegeta bench/.tools/vegeta-$(VEGETA_VERSION); }
+	@echo "bench tools: vegeta $(VEGETA_VERSION)"
+
+bench: $(STAMP) bench-tools  ## benchmarks on real Cassandra + Kafka (long): bench/results/ and docs/benchmarks.md
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-bench-quick: $(STAMP)  ## a few-minute benchmark smoke run (writes bench/results/quick/ only)
+bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run (writes bench/results/quick/ only)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
 	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
 

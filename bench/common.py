@@ -78,6 +78,19 @@ class Plan:
     stream_rate: float = 5.0
     stream_duration_s: float = 60.0
     stream_idle_s: float = 30.0
+    # the open-loop mixed workload (issue 18; openloop.py, workload.py)
+    open_users: int = 300
+    open_mean_following: int = 15
+    mixed_rate: float = 60.0
+    mixed_s: float = 300.0
+    sat_start: float = 25.0
+    sat_factor: float = 1.5
+    sat_steps: int = 10
+    sat_step_s: float = 30.0
+    overload_s: float = 60.0
+    embedded_users: int = 100
+    embedded_rate: float = 20.0
+    embedded_s: float = 120.0
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
@@ -90,7 +103,9 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              celebrity_counts=(1000, 10_000, 50_000), celebrity_posts=3, celebrity_gap_s=1.0, ordinary_authors=10,
              ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=8, read_large_counts=(0, 10, 100),
              read_large_threshold=100, read_large_readers=4, scale_tweets=24, scale_delay_ms=5.0,
-             scale_counts=(1, 2, 4, 1), streams=100, stream_duration_s=10, stream_idle_s=16)
+             scale_counts=(1, 2, 4, 1), streams=100, stream_duration_s=10, stream_idle_s=16,
+             open_users=40, open_mean_following=5, mixed_rate=20, mixed_s=15, sat_start=20, sat_factor=2.0,
+             sat_steps=3, sat_step_s=8, overload_s=10, embedded_users=20, embedded_rate=10, embedded_s=10)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
             backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
             tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,

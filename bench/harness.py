@@ -96,6 +96,7 @@ class Bench:
         self.backlog_authors: list[str] = []
         self.lag_authors: list[str] = []
         self.readers: list[str] = []
+        self.open_loop: Any = None  # workload.Seeded, once the first open-loop phase seeded it
 
     # names -----------------------------------------------------------------------
     @property

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .report_format import _ratio, _table, _verdict, fmt
+from .report_openloop import openloop_section, saturation_plot
 from .report_scale import celebrity_plots, celebrity_section, latency_scaling_section
 from .results import FOLLOWER_COUNTS, SERVICES, WORKER_COUNTS, evaluate_targets, get
 
@@ -26,6 +27,7 @@ PLOTS = {
     "celebrity": "celebrity.png",
     "home_reads": "home_reads_large_accounts.png",
     "latency_scaling": "latency_scaling.png",
+    "saturation": "saturation.png",
 }
 
 
@@ -99,7 +101,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
     for t in evaluate_targets(doc):
         rows.append([t.text, f"{fmt(t.measured, 2)} ({t.measured_label})", f"{t.op} {fmt(t.bound, 2)} ({t.bound_label})",
                      _verdict(t.passed)])
-    add(_table(["target (issues 4 and 13)", "measured", "bound", "result"], rows))
+    add(_table(["target (issues 4, 13, 16 and 18)", "measured", "bound", "result"], rows))
     add("")
 
     # Machine
@@ -348,6 +350,7 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
 
     out.extend(celebrity_section(doc, plots))
     out.extend(latency_scaling_section(doc, plots))
+    out.extend(openloop_section(doc, plots))
 
     # Profile
     prof = d.get("profile") or {}
@@ -583,4 +586,5 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         ax.legend(fontsize=8)
         save(fig, "lag")
     celebrity_plots(doc, plt, save)
+    saturation_plot(doc, plt, save)
     return made

@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import results_openloop
+
 FOLLOWER_COUNTS = ("0", "100", "1000", "10000")
 WORKER_COUNTS = ("1", "2", "4")
 SERVICES = ("api", "social-graph", "tweet-store", "fanout-worker")
@@ -58,6 +60,8 @@ SCHEMA: tuple[str, ...] = (
     "streams.update_latency_ms.p99",
     "streams.kib_per_idle_stream",
     "streams.idle_heartbeat_cpu_percent",
+    # issue 18: the open-loop mixed workload, saturation, overload, embedded
+    *results_openloop.SCHEMA,
 )
 
 
@@ -79,6 +83,7 @@ def empty_result() -> dict[str, Any]:
                             "ratio_vs_1": {n: None for n in WORKER_COUNTS[1:]}, "cpu_s_per_1k_rows": None},
         "streams": {"streams": None, "rate_per_s": None, "update_latency_ms": dict(pct),
                     "kib_per_idle_stream": None, "idle_heartbeat_cpu_percent": None},
+        **results_openloop.empty(),
         "details": {},
     }
 
@@ -228,6 +233,7 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
                stream99, 1000.0, "<=", "update p99 (ms)", "1,000 ms"),
         Target("stream_memory", "memory per idle stream ≤ 50 KiB",
                stream_kib, 50.0, "<=", "KiB per idle stream", "50 KiB"),
+        *(Target(*spec) for spec in results_openloop.target_specs(doc)),
     ]
 
 

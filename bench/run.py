@@ -41,9 +41,13 @@ from .phases import (
     celebrity,
     delivery_lag,
     latency_scaling,
+    mixed,
+    mixed_embedded,
+    overload,
     post_latency,
     profile,
     read_path,
+    saturation,
     scaling,
     streams,
 )
@@ -75,6 +79,13 @@ async def run_phases(bench: Bench) -> dict[str, Any]:
         # social-graph behind a latency proxy) and put them back afterwards.
         ("celebrity", celebrity.run),
         ("latency_scaling", latency_scaling.run),
+        # Issue 18: the open-loop mixed workload (vegeta), its saturation
+        # curve, twice that rate (admission control sheds), and the embedded
+        # default on a system of its own.
+        ("mixed", mixed.run),
+        ("saturation", saturation.run),
+        ("overload", overload.run),
+        ("mixed_embedded", mixed_embedded.run),
     ]
     only = set(bench.args.only.split(",")) if bench.args.only else None
     unknown = (only or set()) - {name for name, _ in phases}
@@ -148,7 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, help="markdown page (default docs/benchmarks.md, or <out>/benchmarks.md)")
     parser.add_argument("--only", "--phases", dest="only", metavar="PHASES",
                         help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,post_latency,"
-                             "delivery_lag,read_path,streams,profile,celebrity,latency_scaling); default all; "
+                             "delivery_lag,read_path,streams,profile,celebrity,latency_scaling,mixed,saturation,overload,"
+                             "mixed_embedded); default all; "
                              "the results are merged into the previous latest.json, keeping every other figure")
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
     parser.add_argument("--lag-sweep", type=_rates, metavar="R1,R2",

@@ -37,7 +37,9 @@ def metric(system: System, service: str, name: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-async def _bulk(coros: list[Any], concurrency: int = 64) -> list[Any]:
+# Below the services' admission limit (48 requests in flight, policies.py):
+# more at once would be shed with 503 while argon2 sign-ups queue.
+async def _bulk(coros: list[Any], concurrency: int = 32) -> list[Any]:
     sem = asyncio.Semaphore(concurrency)
 
     async def one(coro: Any) -> Any:

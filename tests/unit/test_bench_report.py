@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench import procs, report, results, stats  # noqa: E402
+from bench import openloop, procs, report, results, stats  # noqa: E402
 
 # The issue's schema, spelled out independently of bench/results.py.
 ISSUE_KEYS = {
@@ -44,12 +44,38 @@ ISSUE13_KEYS = {
 }
 
 
+# Issue 18's additions (the open-loop mixed workload), spelled out independently too.
+STEP = {"rate_per_s": None, "achieved_rate_per_s": None, "client": None, "delivery_lag_ms": None,
+        "cpu_s_per_1k_requests": None, "generator": None}
+ISSUE18_KEYS = {
+    "mixed_load": STEP,
+    "mixed_embedded": STEP,
+    "saturation": {"capacity_per_s": None, "capacity_accepted_p99_ms": None, "steps": None},
+    "overload": {"rate_per_s": None, "capacity_accepted_p99_ms": None, "accepted_p99_ms": None, "refused": None,
+                 "refused_max_ms": None, "errors": None},
+}
+
+
 def issue_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
     paths = []
     for key, sub in tree.items():
         path = f"{prefix}{key}"
         paths += issue_paths(sub, path + ".") if isinstance(sub, dict) else [path]
     return paths
+
+
+def fake_step(rate: float, post_ms: float, lag_ms: float, refused: int = 0, held: bool = True) -> dict[str, Any]:
+    """One open-loop step as workload.run_step records it, from synthetic outcomes."""
+    outcomes = [openloop.Outcome(int(i * 1e9 / rate), 200, post_ms if route == "post" else 5.0, route, False)
+                for i, route in enumerate(["post", "home", "home", "userline", "sign_in"] * int(rate))]
+    outcomes += [openloop.Outcome(0, 503, 20.0, "home", True)] * refused
+    return {"rate_per_s": rate, "duration_s": 5, "achieved_rate_per_s": rate, "client": openloop.summarize(outcomes),
+            "server": {"gateway_route_ms": {"post": {"p50": 4.0, "p99": post_ms}},
+                       "admission": {"api": {"shed": refused, "queue_wait_p99_ms": 1.0}}},
+            "delivery_lag_ms": {"p50": lag_ms / 2, "p99": lag_ms, "tweets": int(rate)},
+            "cpu_s_per_1k_requests": {"api": 1.5, "tweet-store": 1.0, "total": 2.5},
+            "generator": {"tool": "vegeta v12.12.0", "cpu_s": 0.4, "cpu_s_per_1k_requests": 0.08, "wall_s": 5.0},
+            "held": held, "verdict": "held" if held else "post p99 150 ms > 100 ms"}
 
 
 def fake_result(**overrides: Any) -> dict[str, Any]:
@@ -86,6 +112,13 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
     }
     doc["streams"] = {"streams": 1000, "rate_per_s": 5.0, "update_latency_ms": {"p50": 120.0, "p99": 1500.0},
                       "kib_per_idle_stream": 30.0, "idle_heartbeat_cpu_percent": 1.5}
+    steps = [fake_step(20, 30.0, 400.0), fake_step(40, 60.0, 900.0), fake_step(80, 150.0, 3000.0, held=False)]
+    doc["saturation"] = {"capacity_per_s": 40.0, "capacity_accepted_p99_ms": 60.0, "steps": steps}
+    doc["mixed_load"] = {**fake_step(30, 40.0, 500.0), "users": 300, "method": "Open loop: vegeta."}
+    doc["overload"] = {**fake_step(80, 90.0, 1500.0, refused=30), "capacity_per_s": 40.0,
+                       "capacity_accepted_p99_ms": 60.0, "accepted_p99_ms": 90.0, "refused": 30,
+                       "refused_max_ms": 45.0, "refused_without_retry_after": 0, "errors": 0}
+    doc["mixed_embedded"] = {**fake_step(10, 20.0, 300.0), "users": 20}
     doc["details"] = {
         "latency_scaling": {"runs": {"1": {"machine_cpu_utilisation": 0.5, "cpu_bound": False,
                                            "cpu_s_per_1k_rows": {"fanout-worker": 0.1, "tweet-store": 0.2}},
@@ -106,7 +139,8 @@ def fake_result(**overrides: Any) -> dict[str, Any]:
 
 
 def test_schema_covers_every_key_of_the_issue() -> None:
-    assert set(issue_paths(ISSUE_KEYS)) | set(issue_paths(ISSUE13_KEYS)) == set(results.SCHEMA)
+    assert (set(issue_paths(ISSUE_KEYS)) | set(issue_paths(ISSUE13_KEYS)) | set(issue_paths(ISSUE18_KEYS))
+            == set(results.SCHEMA))
     assert results.missing_keys(results.empty_result()) == []
 
 
@@ -197,7 +231,8 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
 def test_markdown_survives_an_empty_result() -> None:
     md = report.render_markdown(results.empty_result())
     assert "not measured" in md
-    assert md.count("Not measured in this run.") == 2  # the celebrity and latency-scaling sections
+    # the celebrity, latency-scaling and open-loop sections
+    assert md.count("Not measured in this run.") == 3
 
 
 @pytest.mark.slow  # matplotlib takes ~10 s on a loaded 2-core machine

@@ -7,11 +7,14 @@ a plain dict instead. Every variable and its default is listed in README.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from .policies import AdmissionPolicy
 
 Backend = Literal["embedded", "cassandra"]
 
@@ -113,6 +116,20 @@ class Env:
         if value not in choices:
             raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return value
+
+
+def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
+    """A service's admission control (``admission.py``): ``default`` (its
+    named policy) with the FANLINE_ADMISSION_* variables applied. The same
+    names serve every service; each process reads its own environment."""
+    return dataclasses.replace(
+        default,
+        max_in_flight=env.integer("FANLINE_ADMISSION_MAX_IN_FLIGHT", default.max_in_flight, minimum=0),
+        queue_deadline_s=env.number("FANLINE_ADMISSION_QUEUE_DEADLINE_S", default.queue_deadline_s),
+        max_queue=env.integer("FANLINE_ADMISSION_MAX_QUEUE", default.max_queue, minimum=0),
+        retry_after_s=env.integer("FANLINE_ADMISSION_RETRY_AFTER_S", default.retry_after_s, minimum=1),
+        fast_refusal_s=env.number("FANLINE_ADMISSION_FAST_REFUSAL_S", default.fast_refusal_s),
+    )
 
 
 @dataclass(frozen=True)

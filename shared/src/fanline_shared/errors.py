@@ -84,6 +84,19 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
+class Overloaded(Unavailable):
+    """The service is past its capacity and refused the request before doing
+    any of it (admission control, ``admission.py``): safe to send again after
+    ``retry_after``. A 503 whose code stays ``unavailable`` (api.md); peers
+    recognise it by the ``X-Fanline-Overloaded`` header (``OVERLOADED_HEADER``)
+    and do not retry it inside a user's request (``policies.PEER_REQUEST``)."""
+
+
+# Set on every response refused by admission control; its value names the
+# service that shed the request.
+OVERLOADED_HEADER = "X-Fanline-Overloaded"
+
+
 class PeerFailed(Unavailable):
     """A peer answered a 5xx other than 503: it is up but failed this request
     deterministically (a bug, an input it cannot handle). Still a 503 at our

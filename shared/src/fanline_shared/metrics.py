@@ -52,6 +52,27 @@ HTTP_LATENCY = Histogram(
     ["service", "method", "route"],
     buckets=LATENCY_BUCKETS,
 )
+# Admission control (admission.py): what each service refused past its capacity.
+ADMISSION_SHED = Counter(
+    "fanline_admission_shed_total",
+    "Requests refused with 503 by admission control, by reason (queue_full, deadline, overloaded)",
+    ["service", "route", "reason"],
+)
+ADMISSION_IN_FLIGHT = Gauge(
+    "fanline_admission_in_flight", "Requests admitted and not yet answered (streams and operations not counted)",
+    ["service"], multiprocess_mode="livesum",
+)
+ADMISSION_WAITING = Gauge(
+    "fanline_admission_waiting", "Requests waiting for an admission slot now", ["service"],
+    multiprocess_mode="livesum",
+)
+# Waits are bounded by the queue deadline (tens of ms): finer buckets.
+ADMISSION_QUEUE_WAIT = Histogram(
+    "fanline_admission_queue_wait_seconds",
+    "Time a request waited for an admission slot, by outcome (admitted, shed)",
+    ["service", "outcome"],
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0),
+)
 PEER_LATENCY = Histogram(
     "fanline_peer_request_duration_seconds",
     "Latency of calls to another Fanline service",

@@ -24,7 +24,7 @@ import orjson
 
 from . import metrics
 from .domain import OutboxEvent
-from .errors import DomainError, NotFound, Unavailable, from_status
+from .errors import OVERLOADED_HEADER, DomainError, NotFound, Overloaded, Unavailable, from_status
 from .internal_auth import CODE as INTERNAL_UNAUTHORIZED
 from .internal_auth import auth_headers
 from .policies import PEER_REQUEST, RetryPolicy, retry
@@ -52,13 +52,18 @@ BULK = "bulk"
 
 class PeerClient:
     """One peer service reached over HTTP (keep-alive pooled). ``token``: the
-    service credential (``FANLINE_INTERNAL_TOKEN``) sent on every request."""
+    service credential (``FANLINE_INTERNAL_TOKEN``) sent on every request.
+    ``background``: every request is background work (the fan-out worker's),
+    marked with ``PRIORITY_HEADER`` so the peer neither counts it against its
+    admission limit (``admission.py``) nor yields its own background work to it."""
 
     def __init__(self, service: str, peer: str, base_url: str, timeout_s: float, *,
-                 token: str | None = None) -> None:
+                 token: str | None = None, background: bool = False) -> None:
         self._service = service
         self._peer = peer
         self._auth = auth_headers(token)
+        if background:
+            self._auth[PRIORITY_HEADER] = BACKGROUND
         self._base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         # Created on first use: an aiohttp session belongs to the running loop.
@@ -110,6 +115,8 @@ class PeerClient:
                                                 allow_redirects=False) as response:
                     status = response.status
                     raw = await response.read()
+                    shed_by = response.headers.get(OVERLOADED_HEADER)
+                    retry_after = response.headers.get("Retry-After", "")
             except (aiohttp.ClientError, TimeoutError) as exc:
                 metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
                 raise Unavailable(f"{self._peer} unavailable ({type(exc).__name__})") from None
@@ -123,6 +130,11 @@ class PeerClient:
                 body = orjson.loads(raw) if raw else None
             except orjson.JSONDecodeError:
                 body = None
+            if status == 503 and shed_by is not None:
+                # The peer's admission control refused it before any work.
+                metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
+                raise Overloaded(f"{self._peer} is over its capacity; retry later",
+                                 retry_after=int(retry_after) if retry_after.isdigit() else 1)
             if status >= 400:
                 if status >= 500:
                     metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
@@ -149,8 +161,9 @@ class PeerClient:
 class SocialGraphClient(PeerClient):
     """The social-graph internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None) -> None:
-        super().__init__(service, "social-graph", base_url, timeout_s, token=token)
+    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None,
+                 background: bool = False) -> None:
+        super().__init__(service, "social-graph", base_url, timeout_s, token=token, background=background)
 
     async def create_user(self, username: str, password: str) -> dict[str, Any]:
         return await self.call("POST", "/internal/users", operation="create_user",
@@ -235,8 +248,9 @@ class SocialGraphClient(PeerClient):
 class TweetStoreClient(PeerClient):
     """The tweet-store internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None) -> None:
-        super().__init__(service, "tweet-store", base_url, timeout_s, token=token)
+    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None,
+                 background: bool = False) -> None:
+        super().__init__(service, "tweet-store", base_url, timeout_s, token=token, background=background)
 
     async def create_tweet(self, username: str, body: str, idempotency_key: str | None) -> dict[str, Any]:
         payload: dict[str, Any] = {"username": username, "body": body}

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
+from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
 from fanline_shared.kafka import EventPublisher, ensure_topics
@@ -253,6 +254,9 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     # Always installed: with limits off it still records the client address.
     app.add_middleware(RateLimitMiddleware, limiter=limiter, session_cookie=webui.SESSION_COOKIE)
+    # Outermost (added last): past capacity a request is refused before any
+    # work, the rate limiter's token lookup included.
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
     return app
 
 

@@ -11,10 +11,17 @@ from fanline_shared.config import (
     HttpSettings,
     KafkaSettings,
     PeerSettings,
+    admission_policy,
     is_production,
     looks_like_placeholder,
 )
-from fanline_shared.policies import GATEWAY_PASSWORD_REQUEST, GATEWAY_REQUEST, RequestDeadline
+from fanline_shared.policies import (
+    GATEWAY_ADMISSION,
+    GATEWAY_PASSWORD_REQUEST,
+    GATEWAY_REQUEST,
+    AdmissionPolicy,
+    RequestDeadline,
+)
 
 from .ratelimit import RateLimitSettings
 
@@ -71,6 +78,7 @@ class Settings:
     live: LiveSettings
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
+    admission: AdmissionPolicy = GATEWAY_ADMISSION
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -91,4 +99,5 @@ class Settings:
                 GATEWAY_PASSWORD_REQUEST.name,
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True)),
             live=LiveSettings.from_env(env),
+            admission=admission_policy(env, GATEWAY_ADMISSION),
         )

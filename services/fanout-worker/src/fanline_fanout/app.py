@@ -195,8 +195,11 @@ def create_app(settings: Settings) -> faust.App:
         metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
 
     peers = settings.peers
-    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
-    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
+    # Background work: never counted against the peers' admission limits.
+    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token,
+                               background=True)
+    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token,
+                              background=True)
     handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
                               pages_in_flight=settings.pages_in_flight,
                               large_account_followers=settings.large_account_followers,

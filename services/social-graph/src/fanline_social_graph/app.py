@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
+from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
 from fanline_shared.internal_auth import InternalAuthMiddleware
@@ -164,4 +165,5 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
     return app

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fanline_shared.config import Env, HttpSettings, StorageSettings, internal_token
+from fanline_shared.config import Env, HttpSettings, StorageSettings, admission_policy, internal_token
+from fanline_shared.policies import SOCIAL_GRAPH_ADMISSION, AdmissionPolicy
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Settings:
     # How long a log-in or sign-up may wait for a free slot before 503.
     argon2_queue_wait_s: float
     internal_token: str | None
+    admission: AdmissionPolicy = SOCIAL_GRAPH_ADMISSION
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -41,4 +43,5 @@ class Settings:
             argon2_memory_budget_mib=env.integer("FANLINE_ARGON2_MEMORY_BUDGET_MIB", 256, minimum=1),
             argon2_queue_wait_s=env.number("FANLINE_ARGON2_QUEUE_WAIT_S", 2.0),
             internal_token=internal_token(env),
+            admission=admission_policy(env, SOCIAL_GRAPH_ADMISSION),
         )

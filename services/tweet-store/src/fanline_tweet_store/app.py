@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
+from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.internal_auth import InternalAuthMiddleware
@@ -245,5 +246,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fanline_shared import policies
-from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings, internal_token
+from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings, admission_policy, internal_token
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
 from .hybrid import HybridPolicy
@@ -30,6 +30,7 @@ class Settings:
     hybrid: HybridPolicy
     peers: PeerSettings
     internal_token: str | None = None  # FANLINE_INTERNAL_TOKEN (shared/internal_auth.py)
+    admission: policies.AdmissionPolicy = policies.TWEET_STORE_ADMISSION
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -76,4 +77,5 @@ class Settings:
             # Home reads ask social-graph whom the reader follows.
             peers=PeerSettings.from_env(env),
             internal_token=internal_token(env),
+            admission=admission_policy(env, policies.TWEET_STORE_ADMISSION),
         )

@@ -1,0 +1,203 @@
+"""Admission control: past its capacity a service sheds, it never queues for minutes.
+
+An open-loop crowd does not wait for answers before sending more. A service
+that takes every request it is sent then holds more and more of them at
+once, each slower than the last, until clients wait minutes — and every
+request in that queue is served too late to matter. Here a service works on
+at most ``AdmissionPolicy.max_in_flight`` requests at once; a request that
+finds them all taken waits at most ``queue_deadline_s`` for one (first come,
+first served, at most ``max_queue`` waiting), and otherwise is answered at
+once with ``503 unavailable`` + ``Retry-After`` (api.md's error body) before
+any of its work is done — so a refusal is as fast as the deadline, the
+requests that are accepted keep the latency of a service at capacity, and
+a well-behaved client knows when to come back.
+
+``AdmissionMiddleware`` (ASGI) applies a ``Gate`` to one service. Not
+counted: the policy's exempt routes (health, readiness, metrics; the
+gateway's live streams, which stay open for hours and have their own
+per-user cap) and requests a peer marks as background work
+(``peers.PRIORITY_HEADER``: the fan-out worker's writes have their own
+adaptive limit). A refusal carries ``X-Fanline-Overloaded: <service>`` so a
+calling service knows the peer shed it (``errors.Overloaded``) and does not
+retry it inside a user's request.
+
+Why hand-written and not ``asyncio.Semaphore``: the gate must know how many
+wait (to refuse at once past ``max_queue``, and for the metrics) and must
+never leak a slot when a waiter's deadline and a release race; the whole
+queue is a deque of futures, 40 lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import metrics
+from .errors import OVERLOADED_HEADER, Overloaded
+from .peers import BACKGROUND, PRIORITY_HEADER
+from .policies import AdmissionPolicy
+from .web import error_body, json_response
+
+log = logging.getLogger(__name__)
+_PRIORITY = PRIORITY_HEADER.encode()
+_BACKGROUND = BACKGROUND.encode()
+
+
+class Gate:
+    """At most ``policy.max_in_flight`` holders at once; a caller that finds
+    them taken waits, in arrival order, at most ``policy.queue_deadline_s``.
+
+    ``enter()`` returns how long it waited, or raises ``Overloaded`` (with
+    ``reason`` ``queue_full``, ``deadline``, or ``overloaded`` — refused at
+    once within ``policy.fast_refusal_s`` of a refusal at the deadline);
+    every successful ``enter()`` is paired with one ``leave()``."""
+
+    def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.policy = policy
+        self._clock = clock
+        self._in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._last_deadline_refusal = float("-inf")
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def enter(self) -> float:
+        if self._in_flight < self.policy.max_in_flight and not self._waiters:
+            self._in_flight += 1
+            return 0.0
+        if len(self._waiters) >= self.policy.max_queue or self.policy.queue_deadline_s <= 0:
+            raise _overloaded(self.policy, "queue_full")
+        started = self._clock()
+        if started - self._last_deadline_refusal < self.policy.fast_refusal_s:
+            raise _overloaded(self.policy, "overloaded")  # sustained overload: no point waiting
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(slot)
+        try:
+            async with asyncio.timeout(self.policy.queue_deadline_s):
+                await slot
+        except TimeoutError:
+            if not (slot.done() and not slot.cancelled()):
+                self._last_deadline_refusal = self._clock()
+                raise _overloaded(self.policy, "deadline") from None
+            # leave() handed us the slot just as the deadline passed: keep it.
+        except BaseException:
+            # Cancelled while waiting (the client went away): a slot handed
+            # over in the meantime goes to the next waiter.
+            if slot.done() and not slot.cancelled():
+                self.leave()
+            raise
+        finally:
+            if not slot.done():
+                slot.cancel()
+            try:
+                self._waiters.remove(slot)
+            except ValueError:
+                pass  # leave() already took it off the queue
+        return self._clock() - started
+
+    def leave(self) -> None:
+        """Give the slot to the first live waiter, or free it."""
+        while self._waiters:
+            slot = self._waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)  # the slot changes hands; in_flight stays
+                return
+        self._in_flight -= 1
+
+
+def _overloaded(policy: AdmissionPolicy, reason: str) -> Overloaded:
+    error = Overloaded("the service is over its capacity; retry later", retry_after=policy.retry_after_s)
+    error.reason = reason  # type: ignore[attr-defined]
+    return error
+
+
+def route_template(scope: Scope) -> str:
+    """The path template of the route this request would reach (bounded
+    metric labels), or ``unmatched``. Only computed for refused requests."""
+    app = scope.get("app")
+    for candidate in getattr(app, "routes", ()):
+        match, _ = candidate.matches(scope)
+        if match != Match.NONE:
+            return str(getattr(candidate, "path", "unmatched"))
+    return "unmatched"
+
+
+class AdmissionMiddleware:
+    """ASGI middleware: the service's requests pass through one ``Gate``
+    (see the module docstring for what is exempt)."""
+
+    def __init__(self, app: ASGIApp, *, policy: AdmissionPolicy, service: str) -> None:
+        self.app = app
+        self.policy = policy
+        self.service = service
+        self.gate = Gate(policy)
+        # Exported at 0 from the start, so the dashboard shows a flat line
+        # rather than nothing while no request was ever refused.
+        self._in_flight = metrics.ADMISSION_IN_FLIGHT.labels(service)
+        self._waiting = metrics.ADMISSION_WAITING.labels(service)
+        self._wait_admitted = metrics.ADMISSION_QUEUE_WAIT.labels(service, "admitted")
+        self._wait_shed = metrics.ADMISSION_QUEUE_WAIT.labels(service, "shed")
+        self._in_flight.set(0)
+        self._waiting.set(0)
+        if not policy.enabled:
+            log.info("%s: admission control off (%s max_in_flight 0)", service, policy.name)
+
+    def exempt(self, scope: Scope) -> bool:
+        path: str = scope.get("path", "")
+        if path in self.policy.exempt_paths or path.startswith(self.policy.exempt_prefixes):
+            return True
+        for name, value in scope.get("headers", ()):
+            if name == _PRIORITY:
+                return bool(value == _BACKGROUND)
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.policy.enabled or self.exempt(scope):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        self._waiting.inc()
+        try:
+            waited = await self.gate.enter()
+        except Overloaded as exc:
+            self._waiting.dec()
+            await self._refuse(scope, receive, send, exc, time.perf_counter() - started)
+            return
+        except BaseException:
+            self._waiting.dec()
+            raise
+        self._waiting.dec()
+        self._wait_admitted.observe(waited)
+        self._in_flight.inc()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight.dec()
+            self.gate.leave()
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Overloaded, waited: float) -> None:
+        reason = str(getattr(exc, "reason", "deadline"))
+        template = route_template(scope)
+        self._wait_shed.observe(waited)
+        metrics.ADMISSION_SHED.labels(self.service, template, reason).inc()
+        # Counted with the other answers too, so request rates and the 5xx
+        # ratio include what was refused.
+        metrics.HTTP_REQUESTS.labels(self.service, scope.get("method", ""), template, "503").inc()
+        response = json_response(
+            error_body("unavailable", exc.message),
+            503,
+            {"Retry-After": str(exc.retry_after), OVERLOADED_HEADER: self.service},
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,278 @@
+"""Admission control (shared/admission.py, issue #18 item 4): past its
+capacity a service refuses at once with 503 + Retry-After instead of
+queueing; what it admits keeps its pace.
+
+The ``Gate`` is driven with real asyncio tasks (no fake clock: the deadlines
+are tens of milliseconds); the middleware through a real Starlette app with
+an httpx ASGI transport, many requests at once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fanline_shared.admission import AdmissionMiddleware, Gate
+from fanline_shared.config import ConfigError, Env, admission_policy
+from fanline_shared.errors import OVERLOADED_HEADER, Overloaded
+from fanline_shared.peers import BACKGROUND, PRIORITY_HEADER
+from fanline_shared.policies import GATEWAY_ADMISSION, PEER_REQUEST, AdmissionPolicy, RetryPolicy, retry
+
+
+def policy(**kw: object) -> AdmissionPolicy:
+    base: dict[str, object] = {"name": "test", "max_in_flight": 2, "queue_deadline_s": 0.05, "max_queue": 2}
+    base.update(kw)
+    return AdmissionPolicy(**base)  # type: ignore[arg-type]
+
+
+# --- the gate -------------------------------------------------------------------
+
+
+async def test_admits_up_to_the_limit_without_waiting() -> None:
+    gate = Gate(policy())
+    assert await gate.enter() == 0.0
+    assert await gate.enter() == 0.0
+    assert gate.in_flight == 2 and gate.waiting == 0
+
+
+async def test_a_waiter_that_gets_no_slot_within_the_deadline_is_refused_at_the_deadline() -> None:
+    gate = Gate(policy(queue_deadline_s=0.05))
+    await gate.enter()
+    await gate.enter()
+    started = time.perf_counter()
+    with pytest.raises(Overloaded) as refused:
+        await gate.enter()
+    elapsed = time.perf_counter() - started
+    assert 0.04 <= elapsed < 0.1
+    assert refused.value.reason == "deadline"  # type: ignore[attr-defined]
+    assert refused.value.retry_after == 1
+    assert gate.in_flight == 2 and gate.waiting == 0  # nothing leaked
+
+
+async def test_after_a_refusal_at_the_deadline_a_full_gate_refuses_at_once_for_a_while() -> None:
+    now = [0.0]
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=0.02, fast_refusal_s=1.0),
+                clock=lambda: now[0])
+    await gate.enter()
+    with pytest.raises(Overloaded) as first:
+        await gate.enter()  # waits its 20 ms, then refused
+    assert first.value.reason == "deadline"  # type: ignore[attr-defined]
+    now[0] = 0.5
+    started = time.perf_counter()
+    with pytest.raises(Overloaded) as second:
+        await gate.enter()
+    assert time.perf_counter() - started < 0.01
+    assert second.value.reason == "overloaded"  # type: ignore[attr-defined]
+    now[0] = 1.5  # the overload is a second old: a burst may queue again
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1
+    gate.leave()
+    await waiter
+    # A free slot is always taken, overload or not.
+    gate.leave()
+    now[0] = 1.6
+    gate._last_deadline_refusal = 1.6
+    assert await gate.enter() == 0.0
+
+
+async def test_past_the_queue_bound_a_request_is_refused_without_waiting() -> None:
+    gate = Gate(policy(max_in_flight=1, max_queue=1, queue_deadline_s=1.0))
+    await gate.enter()
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    assert gate.waiting == 1
+    started = time.perf_counter()
+    with pytest.raises(Overloaded) as refused:
+        await gate.enter()
+    assert time.perf_counter() - started < 0.01
+    assert refused.value.reason == "queue_full"  # type: ignore[attr-defined]
+    gate.leave()
+    assert await waiter >= 0.0
+    assert gate.in_flight == 1
+
+
+async def test_a_released_slot_goes_to_the_first_waiter_in_arrival_order() -> None:
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=1.0))
+    await gate.enter()
+    order: list[int] = []
+
+    async def wait(i: int) -> None:
+        await gate.enter()
+        order.append(i)
+
+    tasks = [asyncio.create_task(wait(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    for _ in range(3):
+        gate.leave()
+        await asyncio.sleep(0.001)
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2]
+    gate.leave()
+    assert gate.in_flight == 0
+
+
+async def test_a_cancelled_waiter_frees_its_place_and_never_a_slot() -> None:
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=1.0))
+    await gate.enter()
+    first = asyncio.create_task(gate.enter())
+    second = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    assert gate.waiting == 1
+    gate.leave()  # goes to the second, not to the cancelled first
+    await second
+    assert gate.in_flight == 1
+    gate.leave()
+    assert gate.in_flight == 0 and gate.waiting == 0
+
+
+async def test_a_slot_handed_to_a_waiter_that_is_then_cancelled_passes_on() -> None:
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=1.0))
+    await gate.enter()
+    first = asyncio.create_task(gate.enter())
+    second = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    gate.leave()  # the slot is the first waiter's now ...
+    first.cancel()  # ... but it goes away before it runs
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.wait_for(second, 1)  # so the second has it
+    assert gate.in_flight == 1
+    gate.leave()
+    assert gate.in_flight == 0
+
+
+async def test_many_at_once_never_more_than_the_limit_in_flight() -> None:
+    gate = Gate(policy(max_in_flight=3, max_queue=100, queue_deadline_s=0.03))
+    peak = 0
+    outcomes = {"served": 0, "shed": 0}
+
+    async def request() -> None:
+        nonlocal peak
+        try:
+            await gate.enter()
+        except Overloaded:
+            outcomes["shed"] += 1
+            return
+        try:
+            peak = max(peak, gate.in_flight)
+            await asyncio.sleep(0.01)
+            outcomes["served"] += 1
+        finally:
+            gate.leave()
+
+    await asyncio.gather(*(request() for _ in range(60)))
+    assert peak == 3
+    assert outcomes["served"] + outcomes["shed"] == 60
+    assert outcomes["served"] >= 6 and outcomes["shed"] > 0
+    assert gate.in_flight == 0 and gate.waiting == 0
+
+
+# --- the middleware -------------------------------------------------------------
+
+
+def sample(name: str, labels: dict[str, str]) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette:
+    async def slow(_: Request) -> Response:
+        await hold.wait()
+        return Response("ok")
+
+    async def healthz(_: Request) -> Response:
+        return Response("alive")
+
+    app = Starlette(routes=[Route("/v1/slow/{name}", slow), Route("/healthz", healthz),
+                            Route("/v1/streaming/home", slow)])
+    app.add_middleware(AdmissionMiddleware, policy=p, service=service)
+    return app
+
+
+async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast() -> None:
+    hold = asyncio.Event()
+    service = "unit-admission-a"
+    app = app_with(policy(max_in_flight=2, max_queue=2, queue_deadline_s=0.05, exempt_prefixes=("/v1/streaming/",)),
+                   service, hold)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        held = [asyncio.create_task(client.get(f"/v1/slow/u{i}")) for i in range(2)]
+        await asyncio.sleep(0.01)
+        started = time.perf_counter()
+        refused = await asyncio.gather(*(client.get(f"/v1/slow/x{i}") for i in range(5)))
+        elapsed = time.perf_counter() - started
+        # Exempt while full: health, and a stream (not counted at all).
+        assert (await client.get("/healthz")).status_code == 200
+        stream = asyncio.create_task(client.get("/v1/streaming/home"))
+        background = asyncio.create_task(client.get("/v1/slow/bg", headers={PRIORITY_HEADER: BACKGROUND}))
+        await asyncio.sleep(0.01)
+        # Admitted, not refused (a full gate in its fast-refusal second would
+        # have answered them at once).
+        assert not stream.done() and not background.done()
+        hold.set()
+        assert [r.status_code for r in await asyncio.gather(*held, stream, background)] == [200] * 4
+    assert elapsed < 0.1
+    for r in refused:
+        assert r.status_code == 503
+        assert r.json() == {"error": {"code": "unavailable", "message": "the service is over its capacity; retry later"}}
+        assert r.headers["retry-after"] == "1"
+        assert r.headers[OVERLOADED_HEADER.lower()] == service
+    labels = {"service": service, "route": "/v1/slow/{name}"}
+    shed = sum(sample("fanline_admission_shed_total", {**labels, "reason": reason})
+               for reason in ("deadline", "queue_full"))
+    assert shed == 5
+    assert sample("fanline_admission_shed_total", {**labels, "reason": "queue_full"}) == 3  # 2 waited, 3 could not
+    assert sample("fanline_http_requests_total", {**labels, "method": "GET", "status": "503"}) == 5
+    assert sample("fanline_admission_in_flight", {"service": service}) == 0
+    assert sample("fanline_admission_queue_wait_seconds_count", {"service": service, "outcome": "shed"}) == 5
+
+
+async def test_off_when_max_in_flight_is_zero() -> None:
+    hold = asyncio.Event()
+    app = app_with(policy(max_in_flight=0), "unit-admission-off", hold)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        pending = [asyncio.create_task(client.get(f"/v1/slow/u{i}")) for i in range(20)]
+        await asyncio.sleep(0.02)
+        hold.set()
+        assert {r.status_code for r in await asyncio.gather(*pending)} == {200}
+
+
+# --- settings and peers -----------------------------------------------------------
+
+
+def test_settings_override_the_named_policy_and_refuse_nonsense() -> None:
+    p = admission_policy(Env({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "3", "FANLINE_ADMISSION_QUEUE_DEADLINE_S": "0.02",
+                              "FANLINE_ADMISSION_MAX_QUEUE": "7", "FANLINE_ADMISSION_RETRY_AFTER_S": "2",
+                              "FANLINE_ADMISSION_FAST_REFUSAL_S": "0"}),
+                         GATEWAY_ADMISSION)
+    assert (p.max_in_flight, p.queue_deadline_s, p.max_queue, p.retry_after_s, p.fast_refusal_s) == (3, 0.02, 7, 2, 0)
+    assert p.exempt_prefixes == GATEWAY_ADMISSION.exempt_prefixes
+    assert admission_policy(Env({}), GATEWAY_ADMISSION) == GATEWAY_ADMISSION
+    for bad in ({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "-1"}, {"FANLINE_ADMISSION_QUEUE_DEADLINE_S": "soon"},
+                {"FANLINE_ADMISSION_RETRY_AFTER_S": "0"}):
+        with pytest.raises(ConfigError):
+            admission_policy(Env(bad), GATEWAY_ADMISSION)
+
+
+async def test_a_request_path_does_not_retry_a_peer_that_shed_it_but_background_work_does() -> None:
+    calls = 0
+
+    async def shed() -> None:
+        nonlocal calls
+        calls += 1
+        raise Overloaded("peer over capacity")
+
+    with pytest.raises(Overloaded):
+        await retry(PEER_REQUEST, shed)
+    assert calls == 1
+    calls = 0
+    with pytest.raises(Overloaded):
+        await retry(RetryPolicy("bg", attempts=3, base_delay_s=0.001, max_delay_s=0.001), shed)
+    assert calls == 3
