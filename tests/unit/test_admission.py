@@ -22,7 +22,7 @@ from starlette.routing import Route
 from fanline_shared.admission import AdmissionMiddleware, Gate
 from fanline_shared.config import ConfigError, Env, admission_policy
 from fanline_shared.errors import OVERLOADED_HEADER, Overloaded
-from fanline_shared.peers import BACKGROUND, PRIORITY_HEADER
+from fanline_shared.peers import BACKGROUND, BULK, PRIORITY_HEADER
 from fanline_shared.policies import GATEWAY_ADMISSION, PEER_REQUEST, AdmissionPolicy, RetryPolicy, retry
 
 
@@ -212,12 +212,13 @@ async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast
         assert (await client.get("/healthz")).status_code == 200
         stream = asyncio.create_task(client.get("/v1/streaming/home"))
         background = asyncio.create_task(client.get("/v1/slow/bg", headers={PRIORITY_HEADER: BACKGROUND}))
+        bulk = asyncio.create_task(client.get("/v1/slow/bulk", headers={PRIORITY_HEADER: BULK}))
         await asyncio.sleep(0.01)
         # Admitted, not refused (a full gate in its fast-refusal second would
         # have answered them at once).
-        assert not stream.done() and not background.done()
+        assert not stream.done() and not background.done() and not bulk.done()
         hold.set()
-        assert [r.status_code for r in await asyncio.gather(*held, stream, background)] == [200] * 4
+        assert [r.status_code for r in await asyncio.gather(*held, stream, background, bulk)] == [200] * 5
     assert elapsed < 0.1
     for r in refused:
         assert r.status_code == 503

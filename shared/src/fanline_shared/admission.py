@@ -40,13 +40,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
 from .errors import OVERLOADED_HEADER, Overloaded
-from .peers import BACKGROUND, PRIORITY_HEADER
+from .peers import BACKGROUND, BULK, PRIORITY_HEADER
 from .policies import AdmissionPolicy
 from .web import error_body, json_response
 
 log = logging.getLogger(__name__)
 _PRIORITY = PRIORITY_HEADER.encode()
-_BACKGROUND = BACKGROUND.encode()
+_BACKGROUND = (BACKGROUND.encode(), BULK.encode())  # a large fan-out's slices are background work too
 
 
 class Gate:
@@ -160,7 +160,7 @@ class AdmissionMiddleware:
             return True
         for name, value in scope.get("headers", ()):
             if name == _PRIORITY:
-                return bool(value == _BACKGROUND)
+                return bool(value in _BACKGROUND)
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

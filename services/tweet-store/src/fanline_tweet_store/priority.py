@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fanline_shared.peers import BACKGROUND, PRIORITY_HEADER
+from fanline_shared.peers import BACKGROUND, BULK, PRIORITY_HEADER
 from fanline_shared.policies import FanoutYield
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -46,7 +46,7 @@ class ForegroundActivity:
 
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
-            if request.headers.get(PRIORITY_HEADER) == BACKGROUND:
+            if request.headers.get(PRIORITY_HEADER) in (BACKGROUND, BULK):
                 return await handler(request)  # the worker's own calls
             self._active += 1
             self.touch()
