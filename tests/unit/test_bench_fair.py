@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,68 @@ def test_page_says_not_yet_measured_until_a_run_exists() -> None:
 def test_full_run_estimate_is_stated() -> None:
     est = report_fair.estimate_full_run_s({})
     assert all(v >= 0 for v in est.values()) and 30 * 60 < sum(est.values()) < 3 * 3600
+
+
+def test_cached_raw_reader_keeps_tweets_like_tweet_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read-through: the second page reads from Cassandra only the tweets
+    the first did not find; an unknown id is asked again every time."""
+    import asyncio
+    import uuid
+    from types import SimpleNamespace
+
+    from bench import driver
+
+    ids = [uuid.uuid1() for _ in range(3)]
+    reads: list[list[uuid.UUID]] = []
+
+    async def execute(_session: object, _stmt: object, params: tuple[object, ...], name: str) -> list[object]:
+        return [SimpleNamespace(tweet_id=i) for i in ids]
+
+    async def execute_concurrent(_session: object, _stmt: object, params: list[tuple[uuid.UUID]], name: str,
+                                 concurrency: int) -> list[list[object]]:
+        reads.append([p[0] for p in params])
+        return [[] if p[0] == ids[2] else [SimpleNamespace(tweet_id=p[0])] for p in params]  # ids[2]: deleted
+
+    monkeypatch.setattr(driver.cql, "prepare", lambda *a, **k: object())
+    monkeypatch.setattr(driver.cql, "execute", execute)
+    monkeypatch.setattr(driver.cql, "execute_concurrent", execute_concurrent)
+    reader = driver.RawReader(object(), "t", "s", cache_size=10, cache_ttl_s=60)  # type: ignore[arg-type]
+    assert asyncio.run(reader.page("o", 20, cached=True)) == 2
+    assert asyncio.run(reader.page("o", 20, cached=True)) == 2
+    assert reads == [ids, [ids[2]]]
+    assert (reader.hits, reader.misses) == (2, 4)
+    asyncio.run(reader.page("o", 20))  # uncached: every tweet read
+    assert reads[-1] == ids
+
+
+def test_reads_run_open_loop_and_report_the_rate_achieved() -> None:
+    """The reads go out on schedule even when answers are slow (open loop),
+    and the summary counts what was answered and what failed."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from bench.phases import delivery_lag
+
+    class Http:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def get(self, url: str, params: object, headers: object) -> object:
+            self.calls += 1
+            n = self.calls
+            await asyncio.sleep(0.2)  # slower than the 10 ms between sends
+            return SimpleNamespace(status_code=200 if n % 10 else 503)
+
+    bench = SimpleNamespace(http=Http(), api="http://x", readers=["r1", "r2"], tokens={"r1": "a", "r2": "b"})
+
+    async def go() -> dict[str, Any]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(delivery_lag._reads(bench, 100.0, stop))  # type: ignore[arg-type]
+        await asyncio.sleep(0.5)
+        stop.set()
+        return await task
+
+    out = asyncio.run(go())
+    assert 35 <= out["sent"] <= 60  # ~50 in 0.5 s, none waiting for an answer
+    assert out["errors"] == out["sent"] // 10
+    assert out["answered"] == out["sent"] - out["errors"]
