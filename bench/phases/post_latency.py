@@ -69,6 +69,7 @@ async def run(bench: Bench) -> None:
     fanout = _Fanout(bench, written or 0.0)
     offered = 0
     own: dict[str, list[tuple[str, float]]] = {n: [] for n in GROUPS}  # running-block tweets: (id, answered)
+    last: dict[str, str] = {}  # the phase's last tweet of each author
     # Warm both paths up (connections, prepared statements, JIT of the node).
     for n in GROUPS:
         await bench.post_ours(bench.group_author(n), "warm-up")
@@ -98,6 +99,7 @@ async def run(bench: Bench) -> None:
                 author = bench.group_author(n)
                 if len(samples[n]) < p.post_samples:
                     ms, tid, when = await bench.post_ours(author, f"post {i} ({kind} {r + 1})")
+                    last[n] = tid
                     samples[n].append(ms)
                     offered += int(n) + 1
                     if kind == "running":
@@ -162,24 +164,33 @@ async def run(bench: Bench) -> None:
     say(f"post latency: the worker had delivered {during:,.0f} of {offered:,} offered rows; draining the rest")
     drain_t0 = time.monotonic()
     drained = True
-    try:
-        while await fanout.now() < offered:
-            if time.monotonic() - drain_t0 > p.drain_timeout_s:
-                drained = False
+    # The worker's counter misses the rows a worker writes while it shuts
+    # down (it cannot be read after that), so the drain also ends when the
+    # phase's last tweet of every author is in every follower's timeline,
+    # checked row by row (each author's events are consumed in order).
+    checked = time.monotonic()
+    while await fanout.now() < offered:
+        if time.monotonic() - checked >= 5:
+            checked = time.monotonic()
+            if await last_tweets_delivered(bench, last):
                 break
-            await asyncio.sleep(0.5)
-    finally:
-        delivered = await fanout.now()
+        if time.monotonic() - drain_t0 > p.drain_timeout_s:
+            drained = False
+            break
+        await asyncio.sleep(0.5)
+    counted = await fanout.now()
+    delivered = offered if drained else counted
     drain_s = time.monotonic() - drain_t0
     lags = await own_lags(bench, own)
     bench.doc["post_fanout"] = {
         "offered_rows": offered, "delivered_rows_during_blocks": int(during), "delivered_rows": int(delivered),
+        "rows_counted_by_workers": int(counted),
         "drained": drained, "drain_after_s": round(drain_s, 1), "idle_rows_per_s": idle,
         "block_rows_per_s": block_speeds,
         "lag_ms": {n: stats.summary(v, 1) for n, v in lags.items()},
     }
     if not drained:
-        bench.notes.append(f"post latency: the worker delivered {delivered:,.0f} of {offered:,} offered rows within "
+        bench.notes.append(f"post latency: the workers counted {counted:,.0f} of {offered:,} offered rows within "
                            f"{p.drain_timeout_s:.0f}s; the rest was skipped")
         await asyncio.to_thread(bench.system.stop_workers)
         await skip_backlog(bench)
@@ -208,10 +219,23 @@ async def run(bench: Bench) -> None:
             "min-max, and `post_latency_ms` pools the A blocks. In A the worker fans out ours' posts on the same "
             "2 cores; its rows/s during each A block are compared with its idle speed (the one-worker backlog "
             "drain of the scaling phase). Nothing is skipped: after the last block the worker drains every row "
-            f"the phase offered ({offered:,}), and the lag of up to {LAG_SAMPLE_PER_GROUP} of ours' A-block tweets "
+            f"the phase offered ({offered:,}; done when the workers' counters reach it or every author's last tweet "
+            "of the phase is in every follower's timeline, row by row — a worker's counter cannot count the rows it "
+            "writes while it shuts down), and the lag of up to {LAG_SAMPLE_PER_GROUP} of ours' A-block tweets "
             "per group is read back row by row (`WRITETIME` of the last row − the 201); those tweets waited "
             "through the worker-stopped blocks too. One warm-up post per author and system is not counted."),
     }
+
+
+async def last_tweets_delivered(bench: Bench, last: dict[str, str]) -> bool:
+    """Whether each author's last tweet of the phase is in its own and every
+    follower's home timeline."""
+    for n, tid in last.items():
+        author = bench.group_author(n)
+        owners = [author.lower(), *bench.graph.followers_of(author)]
+        if len(await bench.home_rows(uuid.UUID(tid), owners)) < len(owners):
+            return False
+    return True
 
 
 async def own_lags(bench: Bench, own: dict[str, list[tuple[str, float]]]) -> dict[str, list[float]]:
