@@ -56,7 +56,7 @@ async def bridge_loop(session: Session, stmt: PreparedStatement, rows: Sequence[
     return time.perf_counter() - started
 
 
-PATHS = ("driver execute_concurrent", "fanline_shared execute_concurrent")
+PATHS = ("driver execute_concurrent", "fanline_shared bridge (execute_concurrent, or execute_each for batches)")
 
 
 def driver_batches(session: Session, stmt: PreparedStatement, rows: Sequence[Row], concurrency: int,

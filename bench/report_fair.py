@@ -33,16 +33,17 @@ def _v(value: Any, digits: int = 2) -> str:
 
 def estimate_full_run_s(plan: Mapping[str, Any]) -> dict[str, float]:
     """Seconds per phase group of a full run, from the plan and the unit costs
-    of the committed runs on this 2-core machine (a post of ours ≈ 10 ms, the
-    batched synchronous baseline ≈ 30 µs per follower, the fan-out ≈ 20,000
-    rows/s when idle); the phases of issues 13, 16 and the open-loop phases
-    are taken from their own plans' durations as last measured (about 25 min)."""
+    seen on this 2-core machine (a post of ours ≈ 10 ms; the batched
+    synchronous baseline ≈ 70 µs per follower — 0.73 s p50 at 10,000 in a
+    quick run with the fan-out running; the fan-out ≈ 20,000 rows/s when
+    idle); the phases of issues 13, 16 and the open-loop phases are taken as
+    about 25 min together."""
     gap = float(plan.get("post_gap_s", 0.05))
     samples = int(plan.get("post_samples", 300))
     rounds = int(plan.get("repeats", 3))
     counts = [int(n) for n in FOLLOWER_COUNTS]
     ours = len(counts) * samples * (0.010 + gap)
-    sync = samples * sum(0.008 + 30e-6 * n + gap for n in counts)
+    sync = samples * sum(0.008 + 70e-6 * n + gap for n in counts)
     offered = 2 * rounds * samples * sum(n + 1 for n in counts)
     idle = 20_000.0
     lag = (float(plan.get("lag_duration_s", 120)) + len(plan.get("lag_sweep_rates", ()) or ())
