@@ -14,5 +14,7 @@ py-spy), ``stress`` (cassandra-stress), ``common`` (the plan, constants,
 progress), ``harness`` (``Bench``: the system, session, accounts and helpers
 every phase uses), ``phases`` (one module per phase: ``ceiling``,
 ``cassandra_stress``, ``scaling``, ``post_latency``, ``delivery_lag``,
-``read_path``, ``profile``), ``run`` (the orchestrator and the CLI).
+``read_path``, ``profile``), ``results_fair`` and ``report_fair`` (issue 18: the
+fair baselines, repeated ratios and their targets and page section), ``run``
+(the orchestrator and the CLI).
 """

@@ -11,9 +11,11 @@ inside the request and before answering 201, what Twissandra's
    ``session.execute`` calls) while reading **all** the author's followers
    (every page; Twissandra stopped at 5,000);
 3. write the author's and every follower's home-timeline row — same table
-   definition and same TTL'd prepared INSERT as tweet-store — with bounded
-   concurrency (``--concurrency`` in flight), through the same asyncio bridge
-   the product uses (``fanline_shared.cassandra.execute_concurrent``);
+   definition and same TTL'd prepared INSERT as tweet-store, **batched as
+   tweet-store batches them** (replica-grouped unlogged batches of
+   ``--batch-rows`` rows, ``replica_batches``; issue 18) — with bounded
+   concurrency (``--concurrency`` batches in flight), through the same asyncio
+   bridge the product uses (``fanline_shared.cassandra.execute_each``);
 4. answer 201 with the tweet.
 
 Its tables live in its own keyspace on the same Cassandra node (``SCHEMA``).
@@ -39,6 +41,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from fanline_shared import cassandra as cql
+from fanline_shared import policies
 from fanline_shared.config import HttpSettings, StorageSettings
 from fanline_shared.domain import canonical, new_timeuuid, timeuuid_time
 from fanline_shared.errors import DomainError
@@ -93,7 +96,8 @@ class _State:
     home: PreparedStatement
 
 
-def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, concurrency: int) -> Starlette:
+def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, concurrency: int,
+               batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS) -> Starlette:
     holder: list[_State] = []
 
     @contextlib.asynccontextmanager
@@ -142,8 +146,12 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
         )
         ttl = int(RETENTION_S - (datetime.now(UTC) - timeuuid_time(tweet_id)).total_seconds())
         owners = [author_lc, *(row.follower_lc for row in followers)]
-        await cql.execute_concurrent(s, st.home, [(o, tweet_id, author_lc, ttl) for o in owners],
-                                     name="sync_home", concurrency=concurrency)
+        rows = [(o, tweet_id, author_lc, ttl) for o in owners]
+        if batch_rows > 1:
+            await cql.execute_each(s, cql.replica_batches(s, st.home, rows, rows=batch_rows), name="sync_home",
+                                   concurrency=concurrency)
+        else:
+            await cql.execute_concurrent(s, st.home, rows, name="sync_home", concurrency=concurrency)
         return json_response({"id": str(tweet_id), "username": author, "body": body, "rows": len(owners)}, 201)
 
     async def healthz(_: Request) -> Response:
@@ -160,12 +168,14 @@ def main() -> None:
     parser.add_argument("--social-graph-url", required=True)
     parser.add_argument("--cassandra", default="127.0.0.1:9042")
     parser.add_argument("--concurrency", type=int, default=128)
+    parser.add_argument("--batch-rows", type=int, default=policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+                        help="rows per replica-grouped unlogged batch (1: single-row inserts)")
     args = parser.parse_args()
     host, port = args.cassandra.rsplit(":", 1)
     storage = StorageSettings(backend="cassandra", data_dir=Path("."), cassandra_hosts=(host,),
                               cassandra_port=int(port), keyspace_prefix="unused", replication_factor=1,
                               local_dc="datacenter1", request_timeout_s=20.0)
-    app = create_app(storage, args.keyspace, args.social_graph_url, args.concurrency)
+    app = create_app(storage, args.keyspace, args.social_graph_url, args.concurrency, args.batch_rows)
     serve(app, HttpSettings(host="127.0.0.1", port=args.port), "sync-baseline")
 
 

@@ -91,24 +91,37 @@ class Plan:
     embedded_users: int = 100
     embedded_rate: float = 20.0
     embedded_s: float = 120.0
+    # issue 18: every headline ratio this many times, interleaved; the post
+    # phase's samples per side and round (>= 300 for a p99 in a full run);
+    # delivery lag with reads running; readers with distinct follow sets
+    repeats: int = 3
+    post_samples: int = 300
+    lag_reads_rate: float = 5.0
+    lag_reads_duration_s: float = 60.0
+    lag_reads_per_s: float = 100.0
+    read_authors: int = 20
+    reader_follows: int = 5
+    read_author_tweets: int = 10
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
 # takes roughly 10k writes/s: the full run takes about a quarter of an hour.
 QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_gap_s=0.05,
              backlog_authors=8, backlog_followers=2000, backlog_tweets=16, tune_rows=4000,
-             tune_concurrencies=(64, 256), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
+             tune_concurrencies=(16, 64), stress_ops=30_000, stress_threads=64, lag_authors=4, lag_rate=0.5,
              lag_duration_s=16, lag_sweep_rates=(2.0,), lag_sweep_duration_s=8, read_rate=20, read_block_s=3,
-             read_blocks=2, readers=10, profile_s=10, drain_timeout_s=600,
+             read_blocks=3, readers=10, profile_s=10, drain_timeout_s=600,
              celebrity_counts=(1000, 10_000, 50_000), celebrity_posts=3, celebrity_gap_s=1.0, ordinary_authors=10,
              ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=8, read_large_counts=(0, 10, 100),
              read_large_threshold=100, read_large_readers=4, scale_tweets=24, scale_delay_ms=5.0,
              scale_counts=(1, 2, 4, 1), streams=100, stream_duration_s=10, stream_idle_s=16,
              open_users=40, open_mean_following=5, mixed_rate=20, mixed_s=15, sat_start=20, sat_factor=2.0,
-             sat_steps=3, sat_step_s=8, overload_s=10, embedded_users=20, embedded_rate=10, embedded_s=10)
+             sat_steps=3, sat_step_s=8, overload_s=10, embedded_users=20, embedded_rate=10, embedded_s=10,
+             post_samples=12, lag_reads_duration_s=8, lag_reads_per_s=20, read_authors=8, reader_follows=3,
+             read_author_tweets=8)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
-            backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=8000,
-            tune_concurrencies=(32, 128, 512), stress_ops=100_000, stress_threads=64, lag_authors=4,
+            backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=20000,
+            tune_concurrencies=(8, 16, 32, 64, 128), stress_ops=100_000, stress_threads=64, lag_authors=4,
             lag_rate=0.5, lag_duration_s=120, lag_sweep_rates=(2.0, 4.0), lag_sweep_duration_s=60, read_rate=40,
             read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600,
             celebrity_counts=(1000, 10_000, 100_000, 1_000_000), celebrity_posts=5, celebrity_gap_s=1.0,

@@ -97,6 +97,11 @@ class Bench:
         self.lag_authors: list[str] = []
         self.readers: list[str] = []
         self.open_loop: Any = None  # workload.Seeded, once the first open-loop phase seeded it
+        # issue 18: the read phase's readers, each following its own set of
+        # ``read_authors`` (``follow_sets``), so their pages differ
+        self.read_authors: list[str] = []
+        self.home_readers: list[str] = []
+        self.follow_sets: dict[str, list[str]] = {}
 
     # names -----------------------------------------------------------------------
     @property
@@ -180,7 +185,8 @@ class Bench:
             await asyncio.to_thread(self.system.stop)
         if self.session is not None:
             if not self.args.keep:
-                for ks in (self.social_ks, self.tweet_ks, self.sync_ks, self.stress_keyspace):
+                for ks in (self.social_ks, self.tweet_ks, self.sync_ks, self.stress_keyspace,
+                           f"{self.stress_keyspace}_home"):
                     try:
                         await cql.execute(self.session, f"DROP KEYSPACE IF EXISTS {ks}", name="bench_drop")
                     except Exception as exc:  # noqa: BLE001 - cleanup is best effort
@@ -334,6 +340,7 @@ class Bench:
         say(f"  readers: logging in {p.readers} follower accounts")
         self.readers = [seed.pool_name(self.tag, i) for i in range(p.readers)]
         await self.gather_limited([self.login(u, seed.POOL_PASSWORD) for u in self.readers], 4)
+        await self.seed_home_readers()
         self.details["seeding"] = (
             f"Authors ({len(authors)}) were created and logged in through the public API. Their followers — a pool of "
             f"{self.graph.pool_size:,} accounts; the author with N followers is followed by the first N of the pool — were "
@@ -347,6 +354,22 @@ class Bench:
             f"The system ran with cheap argon2 parameters (time 1, 8 MiB), as the end-to-end tests do; no measured "
             f"request hashes a password. Backlog authors' names were chosen so that they spread evenly over the "
             f"{PARTITIONS} partitions of the events topic.")
+
+    async def seed_home_readers(self) -> None:
+        """The read phase's readers (issue 18): ``plan.readers`` accounts, each
+        following a different set of ``plan.reader_follows`` of the
+        ``plan.read_authors`` (``seed.distinct_follow_sets``), bulk-loaded like
+        the other followers and logged in through the API."""
+        p = self.plan
+        self.read_authors = [f"a{self.tag}r{j:02d}" for j in range(p.read_authors)]
+        self.home_readers = [f"h{self.tag}_{i:03d}" for i in range(p.readers)]
+        await self.gather_limited([self.sign_up(a) for a in self.read_authors], 4)
+        self.follow_sets = seed.distinct_follow_sets(self.home_readers, self.read_authors, p.reader_follows)
+        edges = [(r, a) for r, authors in self.follow_sets.items() for a in authors]
+        await asyncio.to_thread(seed.bulk_load_edges, self.session, self.social_ks, edges, self.home_readers)
+        await self.gather_limited([self.login(u, seed.POOL_PASSWORD) for u in self.home_readers], 4)
+        say(f"  home readers: {len(self.home_readers)} accounts, each following its own {p.reader_follows} of "
+            f"{len(self.read_authors)} authors")
 
     async def post_backlog(self, tweets: int) -> list[tuple[str, str]]:
         """Post ``tweets`` from the backlog authors (round robin); (author, id)."""

@@ -167,12 +167,13 @@ class BenchSystem(System):
 
 
 def spawn_baseline(python: str, port: int, keyspace: str, social_graph_url: str, cassandra: str,
-                   concurrency: int, log_path: Path) -> subprocess.Popen[bytes]:
+                   concurrency: int, log_path: Path, batch_rows: int = 1) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [python, "-m", "bench.baseline", "--port", str(port), "--keyspace", keyspace,
-             "--social-graph-url", social_graph_url, "--cassandra", cassandra, "--concurrency", str(concurrency)],
+             "--social-graph-url", social_graph_url, "--cassandra", cassandra, "--concurrency", str(concurrency),
+             "--batch-rows", str(batch_rows)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_system._die_with_parent,
         )
     deadline = time.monotonic() + 60

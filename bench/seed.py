@@ -73,6 +73,38 @@ class Graph:
         return counts
 
 
+def distinct_follow_sets(readers: Sequence[str], authors: Sequence[str], follows: int) -> dict[str, list[str]]:
+    """Reader -> the ``follows`` authors it follows, a different set for
+    every reader (combinations spread evenly over all of them), so no two
+    readers see the same home timeline. Raises ``ValueError`` when there are
+    fewer distinct sets than readers."""
+    from itertools import combinations
+    from math import comb
+
+    if not 0 < follows <= len(authors):
+        raise ValueError("follows must be between 1 and the number of authors")
+    total = comb(len(authors), follows)
+    if len(readers) > total:
+        raise ValueError(f"only {total} distinct sets of {follows} among {len(authors)} authors")
+    sets = list(combinations(range(len(authors)), follows))
+    step = max(1, total // len(readers)) if readers else 1
+    taken: set[tuple[str, ...]] = set()
+    out: dict[str, list[str]] = {}
+    for i, reader in enumerate(readers):
+        index = i * step
+        picked: tuple[str, ...] = ()
+        for attempt in range(2 * total):  # rotated sets first, then the plain ones (all distinct)
+            chosen = sets[(index + attempt) % total]
+            shift = index + attempt if attempt < total else 0  # rotated: every author followed
+            candidate = tuple(sorted(authors[(c + shift) % len(authors)] for c in chosen))
+            if candidate not in taken:
+                picked = candidate
+                break
+        taken.add(picked)
+        out[reader] = list(picked)
+    return out
+
+
 def argon2_hash(password: str) -> str:
     """An argon2id hash with the cheap parameters the bench system runs with."""
     from argon2 import PasswordHasher

@@ -92,3 +92,80 @@ def run_write(infra: Any, keyspace: str, ops: int, threads: int, log: Callable[[
     if rate is None:
         raise StressUnavailable(f"cassandra-stress failed (exit {done.returncode}): {(done.stdout + done.stderr)[-800:]}")
     return {"ops_per_s": rate, "tool": tool, "args": " ".join(args), "output_tail": done.stdout.strip().splitlines()[-22:]}
+
+
+# --- the fair opponent (issue 18): batched inserts into a home-timeline table ----------------
+
+_ROW_RATE = re.compile(r"^Row rate\s*:\s*([\d,]+) row/s", re.MULTILINE)
+
+
+def parse_row_rate(output: str) -> float | None:
+    m = _ROW_RATE.search(output)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def home_timeline_profile(keyspace: str, batch_rows: int, owners: int = 1_000_000,
+                          ttl_s: int = 30 * 24 * 3600) -> str:
+    """A cassandra-stress user profile writing what the fan-out writes: rows
+    of tweet-store's ``home_timeline`` table (same columns, key and order; the
+    TTL as the table default, since a profile cannot say ``USING TTL``), one
+    row to each of ``batch_rows`` partitions per unlogged batch — the shape of
+    ``replica_batches`` on one node, where every partition shares the replica."""
+    if batch_rows < 1:
+        raise ValueError("batch_rows must be >= 1")
+    return f"""\
+keyspace: {keyspace}
+keyspace_definition: |
+  CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}};
+table: home_timeline
+table_definition: |
+  CREATE TABLE home_timeline (
+    owner_lc text,
+    tweet_id timeuuid,
+    author_lc text,
+    PRIMARY KEY (owner_lc, tweet_id)
+  ) WITH CLUSTERING ORDER BY (tweet_id DESC) AND default_time_to_live = {ttl_s}
+columnspec:
+  - name: owner_lc
+    size: fixed(12)
+    population: uniform(1..{owners})
+  - name: tweet_id
+    cluster: fixed(1)
+  - name: author_lc
+    size: fixed(10)
+insert:
+  partitions: fixed({batch_rows})
+  select: fixed(1)/1
+  batchtype: UNLOGGED
+"""
+
+
+def user_args(profile: Path, ops: int, threads: int) -> list[str]:
+    """cassandra-stress arguments for ``ops`` inserts (batches) of ``profile``."""
+    return ["user", f"profile={profile}", "ops(insert=1)", f"n={ops}", "cl=LOCAL_QUORUM",
+            "-rate", f"threads={threads}"]
+
+
+def run_user(infra: Any, keyspace: str, batch_rows: int, ops: int, threads: int, workdir: Path,
+             log: Callable[[str], None], timeout_s: float = 900) -> dict[str, Any]:
+    """``cassandra-stress user`` with ``home_timeline_profile``: {"rows_per_s",
+    "ops_per_s", "tool", "args", "profile", "output_tail"}. Raises
+    StressUnavailable."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    profile = workdir / "home_timeline_profile.yaml"
+    text = home_timeline_profile(keyspace, batch_rows)
+    profile.write_text(text)
+    args = user_args(profile, ops, threads)
+    argv, tool = stress_command(infra, args, log)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise StressUnavailable(f"cassandra-stress user timed out after {timeout_s:.0f}s") from exc
+    rows, op_rate = parse_row_rate(done.stdout), parse_op_rate(done.stdout)
+    if rows is None and op_rate is not None:
+        rows = op_rate * batch_rows
+    if rows is None:
+        raise StressUnavailable(f"cassandra-stress user failed (exit {done.returncode}): "
+                                f"{(done.stdout + done.stderr)[-800:]}")
+    return {"rows_per_s": rows, "ops_per_s": op_rate, "tool": tool, "args": " ".join(args), "profile": text,
+            "output_tail": done.stdout.strip().splitlines()[-22:]}

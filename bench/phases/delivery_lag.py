@@ -1,7 +1,10 @@
 """Delivery lag: 1,000-follower tweets posted at a steady rate (and at the
 sweep's higher rates), each timed until it is in every follower's home
 timeline. Records ``delivery_lag_ms`` and ``details.delivery_lag`` (and
-``details.delivery_lag_sweep``)."""
+``details.delivery_lag_sweep``). Then (issue 18) the same at
+``plan.lag_reads_rate`` tweets/s with ``plan.lag_reads_per_s`` home-timeline
+reads/s running (open loop, by followers of the posting authors): records
+``delivery_lag_reads_ms`` with the read rate actually achieved."""
 
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ async def run(bench: Bench) -> None:
             "timelines — so every follower is covered and the figure errs on the slow side. Tweets missing any "
             "row at the end count as incomplete."),
     }
+    await run_with_reads(bench)
     # The same measurement at higher posting rates, one after another
     # (each starts once the previous one's tweets are all delivered): where
     # the lag starts to grow is the fan-out's capacity while it yields.
@@ -58,10 +62,75 @@ async def run(bench: Bench) -> None:
     }
 
 
-async def _lag_run(bench: Bench, rate: float, duration_s: float) -> tuple[list[float], dict[str, Any]]:
+async def run_with_reads(bench: Bench) -> None:
+    """Delivery lag while users read: ``lag_reads_rate`` tweets/s to 1,000
+    followers with ``lag_reads_per_s`` GET /v1/timeline requests/s running."""
+    p = bench.plan
+    lags, head = await _lag_run(bench, p.lag_reads_rate, p.lag_reads_duration_s, reads_per_s=p.lag_reads_per_s)
+    bench.doc["delivery_lag_reads_ms"] = {
+        "followers": 1000, "rate_per_s": p.lag_reads_rate, "reads_per_s": p.lag_reads_per_s,
+        "reads_per_s_achieved": head.get("reads", {}).get("achieved_per_s"),
+        **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None}), "n": len(lags)}
+    bench.details["delivery_lag_reads"] = {
+        **head,
+        "method": (
+            f"As above, at {p.lag_reads_rate:g} tweets/s for {p.lag_reads_duration_s:.0f} s, while the harness "
+            f"sends {p.lag_reads_per_s:g} `GET /v1/timeline?limit=20` requests/s (open loop: each at its "
+            f"scheduled time, whatever the answers) as {len(bench.readers)} followers of the posting authors, "
+            "in turn. tweet-store paces the fan-out while it serves reads, so this is the lag users see on a "
+            "service people are reading; the read rate actually achieved and the reads' latency are reported "
+            "beside it."),
+    }
+
+
+async def _reads(bench: Bench, rate: float, stop: asyncio.Event) -> dict[str, Any]:
+    """GET /v1/timeline at ``rate``/s (open loop) until ``stop``; a summary."""
+    latencies: list[float] = []
+    errors = 0
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(reader: str) -> None:
+        nonlocal errors
+        started = time.perf_counter()
+        try:
+            r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
+                                     headers={"authorization": f"Bearer {bench.tokens[reader]}"})
+            if r.status_code != 200:
+                errors += 1
+                return
+        except Exception:  # noqa: BLE001 - counted, the load goes on
+            errors += 1
+            return
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    t0 = time.monotonic()
+    i = 0
+    while not stop.is_set():
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+                break
+            except TimeoutError:
+                pass
+        task = asyncio.create_task(one(bench.readers[i % len(bench.readers)]))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        i += 1
+    elapsed = time.monotonic() - t0
+    if tasks:
+        await asyncio.gather(*tasks)
+    return {"target_per_s": rate, "sent": i, "answered": len(latencies), "errors": errors,
+            "achieved_per_s": round(len(latencies) / elapsed, 1) if elapsed > 0 else None,
+            "latency_ms": stats.summary(latencies, 2)}
+
+
+async def _lag_run(bench: Bench, rate: float, duration_s: float,
+                   reads_per_s: float = 0.0) -> tuple[list[float], dict[str, Any]]:
     """Post ``rate`` tweets/s for ``duration_s`` from the lag authors and
-    time each one until it is in every follower's home timeline: the lags
-    of the complete tweets (ms) and a summary of the run."""
+    time each one until it is in every follower's home timeline (with
+    ``reads_per_s`` home reads/s running meanwhile): the lags of the complete
+    tweets (ms) and a summary of the run."""
     total = int(rate * duration_s)
     say(f"delivery lag: {total} tweets from {len(bench.lag_authors)} authors with 1,000 followers, "
         f"{rate:g}/s for {duration_s:.0f}s")
@@ -98,9 +167,17 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float) -> tuple[list[f
         answered[tid] = (when, author)
         await watch(tid)
 
+    stop_reads = asyncio.Event()
+    reader = asyncio.create_task(_reads(bench, reads_per_s, stop_reads)) if reads_per_s > 0 else None
     start = time.monotonic() + 0.5
     tasks = [asyncio.create_task(one(i, start + i / rate)) for i in range(total)]
-    await asyncio.gather(*tasks)
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        stop_reads.set()
+        reads = await reader if reader is not None else None
+    if reads is not None:
+        say(f"  reads: {reads['achieved_per_s']}/s achieved of {reads_per_s:g}/s, {reads['errors']} errors")
     say("  verifying every follower's row (writetime) for each tweet")
     lags, lags_written, lags_polled, incomplete = [], [], [], 0
     for tid, (when, author) in answered.items():
@@ -125,4 +202,5 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float) -> tuple[list[f
         "summary": stats.summary(lags, 1), "last_row_written_ms": stats.summary(lags_written, 1),
         "sample_readable_ms": stats.summary(lags_polled, 1),
         "max_send_lateness_ms": round(max(lateness, default=0) * 1000, 1),
+        **({"reads": reads} if reads is not None else {}),
     }

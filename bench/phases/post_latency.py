@@ -1,8 +1,15 @@
-"""Post latency: ours (``POST /v1/tweets``) against the synchronous
-baseline, per follower count, interleaved, with the worker running; then
-ours again with the worker stopped, and the worker's leftover backlog
-skipped. Records ``post_latency_ms`` and ``details.post_latency`` (with the
-per-service breakdown); ends with one idle worker running."""
+"""Post latency (issue 18): ours (``POST /v1/tweets``) against the synchronous
+baseline (batched as tweet-store batches), per follower count, in
+``plan.repeats`` rounds of two blocks, interleaved (A B A B A B): **A** with
+the fan-out worker running (ours and the baseline alternate per group, the
+worker fans out ours' posts meanwhile, and its rows/s during the block are
+compared with its idle speed), **B** with the worker stopped (ours only).
+Each side of each p99 gets ``plan.post_samples`` samples per round (≥ 300 in
+a full run). Nothing is skipped: afterwards the worker drains every row the
+phase offered, and the phase reports delivered vs offered rows and the
+delivery lag of a sample of its own tweets. Records ``post_latency_ms``
+(pooled over the A blocks), ``ratios.*`` (per round: median, min-max),
+``post_fanout`` and ``details.post_latency``; ends with one idle worker."""
 
 from __future__ import annotations
 
@@ -10,109 +17,247 @@ import asyncio
 import random
 import sys
 import time
+import uuid
 from typing import Any
 
 from .. import procs, stats
 from ..common import GROUPS, PARTITIONS, say
 from ..harness import Bench
+from .ceiling import batch_rows
+
+LAG_SAMPLE_PER_GROUP = 20  # of the phase's own tweets, per follower count, checked row by row
+
+
+class _Fanout:
+    """Rows the worker wrote during the phase, across worker restarts (each
+    new process counts from zero)."""
+
+    def __init__(self, bench: Bench, start: float) -> None:
+        self.bench = bench
+        self.done = -start  # the running process had written ``start`` before the phase
+
+    async def now(self) -> float:
+        written: float | None = await asyncio.to_thread(self.bench.rows_written)
+        return self.done + (written or 0.0)
+
+    async def stop(self) -> None:
+        assert self.bench.system is not None
+        self.done = await self.now()
+        await asyncio.to_thread(self.bench.system.stop_workers)
+
+    async def start(self) -> None:
+        assert self.bench.system is not None
+        await asyncio.to_thread(self.bench.system.start_workers, 1)
 
 
 async def run(bench: Bench) -> None:
     p = bench.plan
-    say(f"post latency: starting the synchronous baseline (window {bench.best_concurrency})")
     assert bench.system is not None
+    rows_per_batch = batch_rows(bench)
+    say(f"post latency: starting the synchronous baseline (window {bench.best_concurrency}, batches of "
+        f"{rows_per_batch})")
     bench.baseline_proc = await asyncio.to_thread(
         procs.spawn_baseline, sys.executable, bench.args.base_port + 20, bench.sync_ks, bench.system.url("social-graph"),
-        bench.infra.cassandra_contact, bench.best_concurrency, bench.logs / "sync-baseline.log")
+        bench.infra.cassandra_contact, bench.best_concurrency, bench.logs / "sync-baseline.log", rows_per_batch)
     if bench.monitor is not None:
         bench.monitor.watch("sync-baseline", bench.baseline_proc.pid)
-    ours: dict[str, list[float]] = {n: [] for n in GROUPS}
-    sync: dict[str, list[float]] = {n: [] for n in GROUPS}
-    sync_targets = dict(zip(GROUPS, p.sync_posts, strict=True))
-    rows_before = await asyncio.to_thread(bench.rows_written) or 0.0
+    rounds = max(1, p.repeats)
+    ours: dict[str, list[list[float]]] = {n: [] for n in GROUPS}
+    sync: dict[str, list[list[float]]] = {n: [] for n in GROUPS}
+    paused: dict[str, list[list[float]]] = {n: [] for n in GROUPS}
+    written: float | None = await asyncio.to_thread(bench.rows_written)
+    fanout = _Fanout(bench, written or 0.0)
+    offered = 0
+    own: dict[str, list[tuple[str, float]]] = {n: [] for n in GROUPS}  # running-block tweets: (id, answered)
+    last: dict[str, str] = {}  # the phase's last tweet of each author
     # Warm both paths up (connections, prepared statements, JIT of the node).
     for n in GROUPS:
         await bench.post_ours(bench.group_author(n), "warm-up")
+        offered += int(n) + 1
         await bench.post(f"{bench.baseline_url}/tweets", bench.group_author(n), "warm-up")
-    expected_rows = sum(int(n) + 1 for n in GROUPS)
-    say(f"post latency: {p.posts_per_group} posts per group (ours), {p.sync_posts} (sync), interleaved")
+    say(f"post latency: {rounds} rounds of (worker running: {p.post_samples} posts per group on each side; "
+        f"worker stopped: {p.post_samples} of ours per group)")
     scraped_before = await asyncio.to_thread(scrape_services, bench)
-    last_say = time.monotonic()
-    # Every sample in order, for attributing the tail afterwards
-    # (test-artifacts/bench-*/post-samples.csv; not part of the results).
     sequence: list[tuple[float, str, str, float]] = []
     phase_t0 = time.monotonic()
+    block_speeds: list[dict[str, Any]] = []
     i = 0
-    while any(len(ours[n]) < p.posts_per_group or len(sync[n]) < sync_targets[n] for n in GROUPS):
-        order = list(GROUPS)
-        random.shuffle(order)
-        for n in order:
-            author = bench.group_author(n)
-            if len(ours[n]) < p.posts_per_group:
-                ms, _, _ = await bench.post_ours(author, f"post {i}")
-                ours[n].append(ms)
-                sequence.append((time.monotonic() - phase_t0, "ours", n, ms))
-                expected_rows += int(n) + 1
-                await asyncio.sleep(p.post_gap_s)
-            if len(sync[n]) < sync_targets[n]:
-                ms, _, _ = await bench.post(f"{bench.baseline_url}/tweets", author, f"sync post {i}")
-                sync[n].append(ms)
-                sequence.append((time.monotonic() - phase_t0, "sync", n, ms))
-                await asyncio.sleep(p.post_gap_s)
-            i += 1
-        if time.monotonic() - last_say >= 10:
-            last_say = time.monotonic()
-            say("  " + ", ".join(f"{n}: {len(ours[n])}/{len(sync[n])}" for n in GROUPS) + " (ours/sync samples)")
+    for r, kind in stats.interleaved(["running", "stopped"], rounds):
+        samples: dict[str, list[float]] = {n: [] for n in GROUPS}
+        sync_samples: dict[str, list[float]] = {n: [] for n in GROUPS}
+        if kind == "stopped":
+            await fanout.stop()
+        elif r > 0:
+            await fanout.start()
+        rows_at, t_at = await fanout.now(), time.monotonic()
+        last_say = time.monotonic()
+        while any(len(samples[n]) < p.post_samples or (kind == "running" and len(sync_samples[n]) < p.post_samples)
+                  for n in GROUPS):
+            order = list(GROUPS)
+            random.shuffle(order)
+            for n in order:
+                author = bench.group_author(n)
+                if len(samples[n]) < p.post_samples:
+                    ms, tid, when = await bench.post_ours(author, f"post {i} ({kind} {r + 1})")
+                    last[n] = tid
+                    samples[n].append(ms)
+                    offered += int(n) + 1
+                    if kind == "running":
+                        own[n].append((tid, when))
+                    sequence.append((time.monotonic() - phase_t0, f"ours-{kind}", n, ms))
+                    await asyncio.sleep(p.post_gap_s)
+                if kind == "running" and len(sync_samples[n]) < p.post_samples:
+                    ms, _, _ = await bench.post(f"{bench.baseline_url}/tweets", author, f"sync post {i}")
+                    sync_samples[n].append(ms)
+                    sequence.append((time.monotonic() - phase_t0, "sync", n, ms))
+                    await asyncio.sleep(p.post_gap_s)
+                i += 1
+            if time.monotonic() - last_say >= 10:
+                last_say = time.monotonic()
+                say(f"  round {r + 1} ({kind}): " + ", ".join(f"{n}: {len(samples[n])}/{len(sync_samples[n])}"
+                                                              for n in GROUPS) + " (ours/sync)")
+        if kind == "running":
+            rows_now, t_now = await fanout.now(), time.monotonic()
+            speed = (rows_now - rows_at) / (t_now - t_at) if t_now > t_at else None
+            block_speeds.append({"round": r + 1, "rows": int(rows_now - rows_at), "seconds": round(t_now - t_at, 1),
+                                 "rows_per_s": speed and round(speed, 1)})
+            for n in GROUPS:
+                ours[n].append(samples[n])
+                sync[n].append(sync_samples[n])
+        else:
+            for n in GROUPS:
+                paused[n].append(samples[n])
+        say(f"  round {r + 1} ({kind}): 10,000-follower p99 ours {stats.percentile(samples['10000'], 99):.1f} ms"
+            + (f", sync {stats.percentile(sync_samples['10000'], 99):.1f} ms" if kind == "running" else ""))
     bench.logs.mkdir(parents=True, exist_ok=True)
     (bench.logs / "post-samples.csv").write_text(
         "answered_s,system,followers,ms\n" + "".join(f"{t:.3f},{s},{n},{ms:.2f}\n" for t, s, n, ms in sequence))
-    for n in GROUPS:
-        bench.doc["post_latency_ms"]["ours"][n] = stats.p50_p99(ours[n])
-        bench.doc["post_latency_ms"]["sync_baseline"][n] = stats.p50_p99(sync[n])
-        say(f"  {int(n):>6,} followers: ours p50/p99 {stats.percentile(ours[n], 50):.1f}/"
-            f"{stats.percentile(ours[n], 99):.1f} ms, sync {stats.percentile(sync[n], 50):.1f}/"
-            f"{stats.percentile(sync[n], 99):.1f} ms")
     scraped_after = await asyncio.to_thread(scrape_services, bench)
     procs.stop_process(bench.baseline_proc)
     bench.baseline_proc = None
+
+    def pooled(series: dict[str, list[list[float]]], n: str) -> list[float]:
+        return [x for block in series[n] for x in block]
+
+    def p99s(series: dict[str, list[list[float]]], n: str) -> list[float | None]:
+        return [stats.percentile(b, 99) if b else None for b in series[n]]
+
+    def counts(*blocks: list[list[float]]) -> list[int]:
+        return [len(b) for bs in blocks for b in bs]
+
+    for n in GROUPS:
+        bench.doc["post_latency_ms"]["ours"][n] = stats.p50_p99(pooled(ours, n))
+        bench.doc["post_latency_ms"]["sync_baseline"][n] = stats.p50_p99(pooled(sync, n))
+    idle = bench.doc["fanout_rows_per_s"].get("worker")
+    ratios = bench.doc.setdefault("ratios", {})
+    ratios["sync_vs_ours_p99_10000"] = stats.repeated_ratio(p99s(sync, "10000"), p99s(ours, "10000"),
+                                                            counts(sync["10000"], ours["10000"]))
+    ratios["post_p99_10000_vs_0"] = stats.repeated_ratio(p99s(ours, "10000"), p99s(ours, "0"),
+                                                         counts(ours["10000"], ours["0"]))
+    ratios["post_p99_running_vs_stopped"] = stats.repeated_ratio(p99s(ours, "10000"), p99s(paused, "10000"),
+                                                                 counts(ours["10000"], paused["10000"]))
+    ratios["fanout_speed_during_posts_vs_idle"] = stats.repeated_ratio(
+        [b["rows_per_s"] for b in block_speeds], [idle] * len(block_speeds))
+    # Nothing skipped: the worker drains every row the phase offered.
+    during = fanout.done  # the last block ran with the worker stopped
+    await fanout.start()
+    say(f"post latency: the worker had delivered {during:,.0f} of {offered:,} offered rows; draining the rest")
+    drain_t0 = time.monotonic()
+    drained = True
+    # The worker's counter misses the rows a worker writes while it shuts
+    # down (it cannot be read after that), so the drain also ends when the
+    # phase's last tweet of every author is in every follower's timeline,
+    # checked row by row (each author's events are consumed in order).
+    checked = time.monotonic()
+    while await fanout.now() < offered:
+        if time.monotonic() - checked >= 5:
+            checked = time.monotonic()
+            if await last_tweets_delivered(bench, last):
+                break
+        if time.monotonic() - drain_t0 > p.drain_timeout_s:
+            drained = False
+            break
+        await asyncio.sleep(0.5)
+    counted = await fanout.now()
+    delivered = offered if drained else counted
+    drain_s = time.monotonic() - drain_t0
+    lags = await own_lags(bench, own)
+    bench.doc["post_fanout"] = {
+        "offered_rows": offered, "delivered_rows_during_blocks": int(during), "delivered_rows": int(delivered),
+        "rows_counted_by_workers": int(counted),
+        "drained": drained, "drain_after_s": round(drain_s, 1), "idle_rows_per_s": idle,
+        "block_rows_per_s": block_speeds,
+        "lag_ms": {n: stats.summary(v, 1) for n, v in lags.items()},
+    }
+    if not drained:
+        bench.notes.append(f"post latency: the workers counted {counted:,.0f} of {offered:,} offered rows within "
+                           f"{p.drain_timeout_s:.0f}s; the rest was skipped")
+        await asyncio.to_thread(bench.system.stop_workers)
+        await skip_backlog(bench)
+        await asyncio.to_thread(bench.system.start_workers, 1)
     bench.details["post_latency"] = {
         "breakdown_ms": breakdown(scraped_before, scraped_after),
-        "samples": {n: {"ours": len(ours[n]), "sync_baseline": len(sync[n])} for n in GROUPS},
-        "summary": {n: {"ours": stats.summary(ours[n]), "sync_baseline": stats.summary(sync[n])} for n in GROUPS},
+        "samples": {n: {"ours": len(pooled(ours, n)), "sync_baseline": len(pooled(sync, n)),
+                        "ours_worker_stopped": len(pooled(paused, n))} for n in GROUPS},
+        "samples_per_round": p.post_samples,
+        "rounds": rounds,
+        "summary": {n: {"ours": stats.summary(pooled(ours, n)), "sync_baseline": stats.summary(pooled(sync, n))}
+                    for n in GROUPS},
+        "ours_worker_stopped": {n: stats.summary(pooled(paused, n)) for n in GROUPS},
+        "p99_per_round": {n: {"ours": p99s(ours, n), "sync_baseline": p99s(sync, n),
+                              "ours_worker_stopped": p99s(paused, n)} for n in GROUPS},
         "sync_concurrency": bench.best_concurrency,
+        "sync_batch_rows": rows_per_batch,
+        "fanout_rows": {"expected": offered, "skipped": max(0, int(offered - delivered))},
         "method": (
             "Requests are sent one at a time (closed loop, "
-            f"{p.post_gap_s * 1000:.0f} ms pause after each), one author per follower count, and the four "
-            "follower counts and the two systems are **interleaved** (a shuffled round over the groups, ours "
-            "then the baseline) so that background load — the worker fanning out earlier posts, other people's "
-            "jobs on the machine — falls on every column alike. One warm-up post per author and system is not "
-            "counted. The fan-out worker runs throughout (on the same 2 cores), as it would in production."),
+            f"{p.post_gap_s * 1000:.0f} ms pause after each), one author per follower count. The phase runs "
+            f"{rounds} rounds of two blocks, interleaved (A B A B …): **A**, the fan-out worker running, ours and "
+            "the baseline alternating in a shuffled round over the four groups; **B**, the worker stopped, ours "
+            f"alone. Each block takes {p.post_samples} samples per group and side, so every p99 of every "
+            "comparison rests on that many; each headline ratio is taken per round and reported as median with "
+            "min-max, and `post_latency_ms` pools the A blocks. In A the worker fans out ours' posts on the same "
+            "2 cores; its rows/s during each A block are compared with its idle speed (the one-worker backlog "
+            "drain of the scaling phase). Nothing is skipped: after the last block the worker drains every row "
+            f"the phase offered ({offered:,}; done when the workers' counters reach it or every author's last tweet "
+            "of the phase is in every follower's timeline, row by row — a worker's counter cannot count the rows it "
+            "writes while it shuts down), and the lag of up to {LAG_SAMPLE_PER_GROUP} of ours' A-block tweets "
+            "per group is read back row by row (`WRITETIME` of the last row − the 201); those tweets waited "
+            "through the worker-stopped blocks too. One warm-up post per author and system is not counted."),
     }
-    rows_now = await asyncio.to_thread(bench.rows_written) or 0.0
-    pending = rows_before + expected_rows - rows_now
-    say(f"post latency done; the worker still has {max(0, pending):,.0f} of {expected_rows:,} rows to fan out: "
-        "skipping them (stop the worker, move the group's offsets to the end, start it again)")
-    assert bench.system is not None
-    await asyncio.to_thread(bench.system.stop_workers)
-    # The same posts with no fan-out running anywhere on the machine: shows
-    # how much of ours' latency is the co-located worker's load.
-    say("  ours again with the worker stopped (for comparison)")
-    paused: dict[str, list[float]] = {n: [] for n in GROUPS}
-    for i in range(p.posts_per_group):
-        order = list(GROUPS)
-        random.shuffle(order)
-        for n in order:
-            ms, _, _ = await bench.post_ours(bench.group_author(n), f"paused post {i}")
-            paused[n].append(ms)
-            await asyncio.sleep(p.post_gap_s)
-    bench.details["post_latency"]["ours_worker_stopped"] = {n: stats.summary(paused[n]) for n in GROUPS}
-    await skip_backlog(bench)
-    await asyncio.to_thread(bench.system.start_workers, 1)
-    bench.details["post_latency"]["fanout_rows"] = {"expected": expected_rows, "skipped": max(0, int(pending))}
-    bench.details["post_latency"]["method"] += (
-        f" The worker had fanned out {expected_rows - max(0, int(pending)):,} of the phase's {expected_rows:,} "
-        "home-timeline rows when it ended; the rest (the 10,000-follower author's backlog) was skipped by moving "
-        "the consumer group's offsets to the end, so later phases start with an idle worker.")
+
+
+async def last_tweets_delivered(bench: Bench, last: dict[str, str]) -> bool:
+    """Whether each author's last tweet of the phase is in its own and every
+    follower's home timeline."""
+    for n, tid in last.items():
+        author = bench.group_author(n)
+        owners = [author.lower(), *bench.graph.followers_of(author)]
+        if len(await bench.home_rows(uuid.UUID(tid), owners)) < len(owners):
+            return False
+    return True
+
+
+async def own_lags(bench: Bench, own: dict[str, list[tuple[str, float]]]) -> dict[str, list[float]]:
+    """Delivery lag (ms: last home row written - the 201) of a sample of the
+    phase's own tweets per follower count; tweets missing a row are left out
+    (and counted in the notes)."""
+    lags: dict[str, list[float]] = {}
+    missing = 0
+    for n, tweets in own.items():
+        step = max(1, len(tweets) // LAG_SAMPLE_PER_GROUP)
+        author = bench.group_author(n)
+        owners = [author.lower(), *(bench.graph.followers_of(author))]
+        lags[n] = []
+        for tid, when in tweets[::step][:LAG_SAMPLE_PER_GROUP]:
+            rows = await bench.home_rows(uuid.UUID(tid), owners)
+            if len(rows) < len(owners):
+                missing += 1
+                continue
+            lags[n].append((max(rows.values()) / 1e6 - when) * 1000)
+    if missing:
+        bench.notes.append(f"post latency: {missing} sampled tweets were missing home rows after the drain")
+    return lags
 
 
 def scrape_services(bench: Bench) -> dict[str, dict[str, float]]:
