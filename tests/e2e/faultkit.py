@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -257,6 +258,25 @@ def latency_proxy(listen_port: int, target: str, delay_ms: float) -> Iterator[su
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+
+
+def restore_engine(control: Any, kind: str, seconds: float = 600.0, attempts: int = 3) -> float:
+    """Start engine ``kind`` ("kafka"/"cassandra") of the shared launcher
+    again, patiently: on a starved machine a broker took 146 s to answer,
+    past the launcher's 120 s default, and the launcher then stops what it
+    started -- the engine would stay down for everyone. Returns the seconds
+    it took."""
+    patient = type(control)(dataclasses.replace(control.config, kafka_start_timeout=seconds,
+                                                cassandra_start_timeout=seconds))
+    started = time.monotonic()
+    for attempt in range(attempts):
+        try:
+            (patient.start_kafka if kind == "kafka" else patient.start_cassandra)()
+            return time.monotonic() - started
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+    return time.monotonic() - started
 
 
 class Background(threading.Thread):
