@@ -40,6 +40,7 @@ _MARKERS = (
     "e2e: runs the whole system as processes",
     "slow: takes more than a few seconds",
     "fault: injects a fault (a crash, a stalled engine); `pytest -m fault` runs them alone",
+    "soak: long steady load (FANLINE_SOAK_S, default 600 s); part of the default run, `-m 'not soak'` skips it",
     "cluster: needs the three-node Cassandra + Kafka cluster (deploy/local/infra, nodes=3); node-loss tests",
 )
 

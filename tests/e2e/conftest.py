@@ -237,10 +237,49 @@ def cluster_system(cluster_infra: ClusterInfra, tmp_path_factory: pytest.TempPat
     system.stop()
 
 
+# --- the single-node fault-injection suite (tests/e2e/test_fault_*.py) ----------------
+
+#: Each way, between the services of ``slow_system`` and Cassandra.
+SLOW_DELAY_MS = 20.0
+
+
+@pytest.fixture(scope="session")
+def fault_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    """A real-engine system the fault tests share: each test restores what
+    it broke (restarts what it killed), the next one checks it works."""
+    yield from running("real", 23000, tmp_path_factory, real_infra)
+
+
+@pytest.fixture(scope="session")
+def slow_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    """A real-engine system whose services reach Cassandra through a TCP proxy
+    adding ``SLOW_DELAY_MS`` each way (``bench/latency_proxy.py``), writing
+    fan-outs one row per request, one page at a time: a fan-out to a few dozen
+    followers takes a second or two, so a crash lands in its middle (and the
+    latency fault is measured on it)."""
+    from .faultkit import latency_proxy
+
+    port = 23090 + PORT_OFFSET
+    with latency_proxy(port, real_infra.cassandra_contact, SLOW_DELAY_MS):
+        yield from running("real", 23100, tmp_path_factory, real_infra,
+                           FANLINE_CASSANDRA_HOSTS="127.0.0.1", FANLINE_CASSANDRA_PORT=str(port),
+                           FANLINE_FANOUT_PAGES_IN_FLIGHT="1", FANLINE_HOME_WRITE_BATCH_ROWS="1",
+                           FANLINE_HOME_WRITE_WINDOW="1",
+                           # One worker: a restarted one need not wait the usual
+                           # 5 s for its killed predecessor to miss the rebalance.
+                           FANLINE_WORKER_REBALANCE_TIMEOUT_S="1")
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     from .cluster import SURVIVED, table
+    from .faultkit import ROWS, TABLE_FILE
+    from .faultkit import table as fault_table
 
     if SURVIVED:
         terminalreporter.section("three-node cluster: what was survived")
         for line in table(SURVIVED).splitlines():
+            terminalreporter.write_line(line)
+    if ROWS:
+        terminalreporter.section(f"fault injection, single node (also in {TABLE_FILE.relative_to(REPO)})")
+        for line in fault_table(ROWS).splitlines():
             terminalreporter.write_line(line)
