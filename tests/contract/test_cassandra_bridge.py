@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -202,3 +203,15 @@ async def test_execute_each_raises_the_first_error_and_accepts_nothing(session: 
         await fc.execute_each(session, batches, name="t", concurrency=0)
     with pytest.raises(ValueError):
         fc.replica_batches(session, bad, [], rows=0)
+
+
+def test_a_lost_node_is_tried_again_within_seconds(session: Session) -> None:
+    """The driver's default reconnection waits up to 600 s between attempts;
+    the session uses the named policy (policies.CASSANDRA_RECONNECT) instead,
+    so a service recovers within seconds of a node coming back."""
+    from fanline_shared.policies import CASSANDRA_RECONNECT
+
+    delays = list(itertools.islice(session.cluster.reconnection_policy.new_schedule(), 20))
+    # (the driver adds up to 15 % jitter, and never goes past max_delay)
+    assert delays[0] <= CASSANDRA_RECONNECT.base_delay_s * 1.15
+    assert max(delays) <= CASSANDRA_RECONNECT.max_delay_s <= 5.0

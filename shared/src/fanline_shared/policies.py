@@ -55,6 +55,12 @@ STARTUP_CONNECT = RetryPolicy("startup_connect", attempts=60, base_delay_s=0.25,
 SQLITE_WAL_SWITCH = RetryPolicy("sqlite_wal_switch", attempts=100, base_delay_s=0.02, max_delay_s=0.05)
 # The outbox relay between sweeps when the broker is down.
 RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
+# How often the Cassandra driver tries a node it lost again (its
+# ExponentialReconnectionPolicy; only base and max delay apply). The driver's
+# default waits up to 600 s between attempts, so a service could answer 503
+# for minutes after a stalled or restarted node is back (seen in the fault
+# suite: 25 s); capped at 5 s, recovery follows the node within seconds.
+CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,12 @@ from typing import Any
 from cassandra import ConsistencyLevel, DriverException, ProtocolVersion
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.connection import ProtocolVersionUnsupported
-from cassandra.policies import DCAwareRoundRobinPolicy, HostStateListener, TokenAwarePolicy
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    HostStateListener,
+    TokenAwarePolicy,
+)
 from cassandra.query import PreparedStatement
 from cassandra.query import _clean_column_name as _clean_name
 
@@ -117,6 +122,8 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             connect_timeout=min(10.0, settings.request_timeout_s),
             control_connection_timeout=settings.request_timeout_s,
+            reconnection_policy=ExponentialReconnectionPolicy(policies.CASSANDRA_RECONNECT.base_delay_s,
+                                                              policies.CASSANDRA_RECONNECT.max_delay_s),
             **kwargs,
         )
         session = cluster.connect()
