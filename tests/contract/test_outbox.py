@@ -141,3 +141,18 @@ async def test_applied_mode_keeps_published_events_until_acked_and_replays_them(
     assert mine == [events[0], events[1], events[3]]
     await outbox.ack([e.id for e in events])
     assert not [e for e in await outbox.pending(utcnow(), 10_000) if e in events]
+
+
+async def test_an_events_request_id_is_stored_with_it(owner: Owner, clock: Clock) -> None:
+    """The request that caused an event travels with its outbox row, so the
+    relay publishes it as the Kafka header too (docs/operations.md, "Follow
+    one post"); an event without one stays without."""
+    base = clock.past()
+    traced = OutboxEvent(id=new_timeuuid(base), key="traced", payload=b"{}", request_id="req-1f2e")
+    plain = OutboxEvent(id=new_timeuuid(base + timedelta(milliseconds=1)), key="plain", payload=b"{}")
+    await owner.append(traced)
+    await owner.append(plain)
+    pending = {e.id: e for e in await owner.outbox.pending(utcnow(), 10_000)}
+    assert pending[traced.id].request_id == "req-1f2e"
+    assert pending[plain.id].request_id is None
+    await owner.outbox.ack([traced.id, plain.id])

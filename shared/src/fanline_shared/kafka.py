@@ -24,6 +24,7 @@ from . import metrics
 from .config import KafkaSettings
 from .domain import OutboxEvent
 from .errors import Unavailable
+from .logs import kafka_headers
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,8 @@ class EventPublisher:
         try:
             producer = await self._ensure()
             await asyncio.wait_for(
-                producer.send_and_wait(self._settings.events_topic, event.payload, key=event.key.encode()),
+                producer.send_and_wait(self._settings.events_topic, event.payload, key=event.key.encode(),
+                                       headers=kafka_headers(event.request_id)),
                 self._settings.request_timeout_s,
             )
         except (TimeoutError, Unavailable, KafkaError, OSError) as exc:
@@ -199,7 +201,8 @@ class EventPublisher:
         try:
             for event in events:
                 futures.append(
-                    (event, await producer.send(self._settings.events_topic, event.payload, key=event.key.encode()))
+                    (event, await producer.send(self._settings.events_topic, event.payload, key=event.key.encode(),
+                                                headers=kafka_headers(event.request_id)))
                 )
         except (KafkaError, OSError) as exc:
             metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()

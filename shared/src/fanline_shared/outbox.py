@@ -26,7 +26,6 @@ Two acknowledgement modes (``FANLINE_OUTBOX_ACK``):
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -40,12 +39,13 @@ from .domain import utcnow
 from .errors import BadRequest, Conflict, DomainError
 from .events import Event, TweetCreated, TweetDeleted
 from .kafka import EventPublisher
+from .logs import get_logger
 from .peers import PeerClient, event_to_json, outbox_ack, outbox_pending
 from .policies import RELAY_BACKOFF
 from .ports import AppliedAckOutbox, Outbox
 from .web import json_response, read_json_object, route
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list[Route]:
@@ -228,6 +228,10 @@ class OutboxRelay:
                 if done:
                     await self._settle(client, [e.id for e in done])
                     metrics.OUTBOX_RELAYED.labels(name).inc(len(done))
+                    # One line per batch; the request ids make each event's step findable.
+                    log.info("outbox.relayed", source=name, events=len(done),
+                             event_ids=[str(e.id) for e in done],
+                             request_ids=sorted({e.request_id for e in done if e.request_id}))
                     total += len(done)
                 if len(done) < len(events) or len(events) < self._batch:
                     break

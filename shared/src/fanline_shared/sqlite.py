@@ -227,12 +227,18 @@ ALTER TABLE outbox ADD COLUMN published INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (published, sort_key);
 """
 
+# The request that caused an event (``logs.py``), published as a Kafka header.
+OUTBOX_REQUEST_ID_MIGRATION = """
+ALTER TABLE outbox ADD COLUMN request_id TEXT;
+"""
+
 
 def append_event(conn: sqlite3.Connection, event: OutboxEvent) -> None:
     """Store ``event`` inside the caller's transaction (same id twice: once)."""
     conn.execute(
-        "INSERT INTO outbox (event_id, sort_key, key, payload) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (str(event.id), timeuuid_sort_key(event.id), event.key, event.payload),
+        "INSERT INTO outbox (event_id, sort_key, key, payload, request_id) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
+        (str(event.id), timeuuid_sort_key(event.id), event.key, event.payload, event.request_id),
     )
 
 
@@ -249,11 +255,11 @@ class SqliteOutbox:
 
         def read(conn: sqlite3.Connection) -> list[OutboxEvent]:
             rows = conn.execute(
-                "SELECT event_id, key, payload FROM outbox WHERE published = 0 AND sort_key < ?"
+                "SELECT event_id, key, payload, request_id FROM outbox WHERE published = 0 AND sort_key < ?"
                 " ORDER BY sort_key LIMIT ?",
                 (bound, limit),
             ).fetchall()
-            return [OutboxEvent(id=uuid.UUID(r[0]), key=r[1], payload=bytes(r[2])) for r in rows]
+            return [OutboxEvent(id=uuid.UUID(r[0]), key=r[1], payload=bytes(r[2]), request_id=r[3]) for r in rows]
 
         return await self.db.run(read, name="outbox_pending", write=False)
 

@@ -20,6 +20,7 @@ from fanline_shared import metrics
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
 from fanline_shared.kafka import EventPublisher, ensure_topics
+from fanline_shared.logs import RequestIdMiddleware
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
@@ -253,6 +254,9 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     # Always installed: with limits off it still records the client address.
     app.add_middleware(RateLimitMiddleware, limiter=limiter, session_cookie=webui.SESSION_COOKIE)
+    # Outermost: the request id (a client's well-formed X-Request-Id, else a
+    # new one) is bound before anything logs and returned on every answer.
+    app.add_middleware(RequestIdMiddleware)
     return app
 
 

@@ -20,6 +20,7 @@ from fanline_shared import metrics
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.internal_auth import InternalAuthMiddleware
+from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import SocialGraphClient, event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
@@ -36,6 +37,7 @@ from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
 
 SERVICE = "tweet-store"
+log = get_logger(__name__)
 MAX_OWNERS_PER_CALL = 10_000
 
 
@@ -148,6 +150,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         if not isinstance(username, str):
             raise InvalidInput("username required", code="invalid_username")
         tweet, created, event = await store(request).post(username, body.get("body"), key)
+        log.info("tweet.stored", tweet_id=str(tweet.id), author=tweet.username, created=created,
+                 event_id=str(event.id))
         return json_response(
             {"tweet": tweet_json(tweet), "created": created, "event": event_to_json(event)},
             201 if created else 200,
@@ -160,6 +164,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def delete_tweet(request: Request) -> Response:
         actor = request.query_params.get("actor", "")
         event = await store(request).delete(_tweet_id(request.path_params["tweet_id"]), actor)
+        log.info("tweet.deleted", tweet_id=request.path_params["tweet_id"], event_id=str(event.id))
         return json_response({"event": event_to_json(event)})
 
     def timeline(kind: str):  # type: ignore[no-untyped-def]
@@ -181,12 +186,17 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         author = body.get("author")
         if not isinstance(author, str) or not is_valid_username(author):
             raise InvalidInput("author must be a username", code="invalid_author")
-        await store(request).home_add(_tweet_id(str(body.get("tweet_id"))), author, _owners(body))
+        owners = _owners(body)
+        await store(request).home_add(_tweet_id(str(body.get("tweet_id"))), author, owners)
+        # One line per request (a page of up to FANLINE_FANOUT_PAGE_SIZE rows), never per row.
+        log.info("home.rows_written", tweet_id=str(body.get("tweet_id")), author=author, rows=len(owners))
         return Response(status_code=204)
 
     async def home_remove(request: Request) -> Response:
         body = await read_json_object(request, max_bytes=1024 * 1024)
-        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), _owners(body))
+        owners = _owners(body)
+        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), owners)
+        log.info("home.rows_removed", tweet_id=str(body.get("tweet_id")), rows=len(owners))
         return Response(status_code=204)
 
     async def regeneration(request: Request) -> Response:
@@ -240,5 +250,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

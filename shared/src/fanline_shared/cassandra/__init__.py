@@ -46,6 +46,7 @@ from .migrations import migrate
 from .outbox import (
     OUTBOX_CLOSE_AFTER,
     OUTBOX_MIGRATIONS,
+    OUTBOX_REQUEST_ID_MIGRATION,
     OUTBOX_SHARDS,
     CassandraOutbox,
     outbox_partition,
@@ -57,6 +58,7 @@ __all__ = [
     "MAX_TTL",
     "OUTBOX_CLOSE_AFTER",
     "OUTBOX_MIGRATIONS",
+    "OUTBOX_REQUEST_ID_MIGRATION",
     "OUTBOX_SHARDS",
     "READ_CL",
     "SERIAL_CL",

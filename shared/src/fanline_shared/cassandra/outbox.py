@@ -66,6 +66,13 @@ OUTBOX_MIGRATIONS = (
     """,
 )
 
+# Appended to each owner's migration list (after its existing ones: the
+# lists are positional). The request that caused an event (``logs.py``), so
+# the relay publishes it as a Kafka header too.
+OUTBOX_REQUEST_ID_MIGRATION = """
+ALTER TABLE {keyspace}.outbox ADD IF NOT EXISTS request_id text;
+"""
+
 
 def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
     """``(shard, minute)`` of an event: shard from the id's random node bits."""
@@ -90,7 +97,7 @@ class CassandraOutbox:
         ks = self.keyspace
         self.session = session
         self._insert = prepare(
-            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload) VALUES (?, ?, ?, ?, ?)",
+            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload, request_id) VALUES (?, ?, ?, ?, ?, ?)",
             write=True)
         self._insert_minute = prepare(
             session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
@@ -98,7 +105,7 @@ class CassandraOutbox:
             session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
         self._read = prepare(
             session,
-            f"SELECT event_id, key, payload FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
+            f"SELECT event_id, key, payload, request_id FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
             "LIMIT ?")
         self._delete = prepare(
             session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
@@ -108,7 +115,7 @@ class CassandraOutbox:
     def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
         """The write of the event's row (callers put it in their own batch)."""
         shard, minute = outbox_partition(event.id)
-        return self._insert, (shard, minute, event.id, event.key, event.payload)
+        return self._insert, (shard, minute, event.id, event.key, event.payload, event.request_id)
 
     async def ensure_index(self, event: OutboxEvent) -> None:
         """Record the event's minute in ``outbox_minutes``: before (or with) the
@@ -171,7 +178,8 @@ class CassandraOutbox:
         for row in minutes:
             rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)),
                                  name="outbox_pending")
-            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload)) for r in rows)
+            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload), request_id=r.request_id)
+                          for r in rows)
             if not rows and row.minute < closed_before:
                 # Closed and drained: stop reading it on every sweep.
                 await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")

@@ -38,6 +38,7 @@ from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
     OUTBOX_MIGRATIONS,
+    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -119,7 +120,13 @@ CREATE TABLE IF NOT EXISTS {keyspace}.followers_active (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, ACTIVITY_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    *OUTBOX_MIGRATIONS,
+    ACTIVITY_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+)
 
 
 def prefix_partition(username_lc: str) -> str:

@@ -24,6 +24,7 @@ from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
     OUTBOX_MIGRATION,
     OUTBOX_PUBLISHED_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -98,7 +99,15 @@ CREATE TABLE IF NOT EXISTS large_accounts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, DELETED_MIGRATION, HYBRID_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
+    DELETED_MIGRATION,
+    HYBRID_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
