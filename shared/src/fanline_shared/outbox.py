@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import metrics
-from .domain import utcnow
+from .domain import timeuuid_time, utcnow
 from .errors import BadRequest, Conflict, DomainError
 from .events import Event, TweetCreated, TweetDeleted
 from .kafka import EventPublisher
@@ -219,9 +219,15 @@ class OutboxRelay:
         how many were published."""
         total = 0
         for name, client in self._sources.items():
+            first = True
             while True:
                 events = await outbox_pending(client, self._stale_after_ms, self._batch)
                 metrics.OUTBOX_PENDING.labels(name).set(len(events))
+                if first:
+                    # Oldest first: how long the oldest waiting event has waited.
+                    oldest = (utcnow() - timeuuid_time(events[0].id)).total_seconds() if events else 0.0
+                    metrics.OUTBOX_OLDEST_AGE.labels(name).set(max(0.0, oldest))
+                    first = False
                 if not events:
                     break
                 done = await self._publisher.publish_many(events)

@@ -45,6 +45,7 @@ from .keyspace import Keyspace, Repository, drop_keyspace, ping
 from .migrations import migrate
 from .outbox import (
     OUTBOX_CLOSE_AFTER,
+    OUTBOX_KEEP_MIGRATION,
     OUTBOX_MIGRATIONS,
     OUTBOX_REQUEST_ID_MIGRATION,
     OUTBOX_SHARDS,
@@ -57,6 +58,7 @@ __all__ = [
     "FETCH_SIZE",
     "MAX_TTL",
     "OUTBOX_CLOSE_AFTER",
+    "OUTBOX_KEEP_MIGRATION",
     "OUTBOX_MIGRATIONS",
     "OUTBOX_REQUEST_ID_MIGRATION",
     "OUTBOX_SHARDS",

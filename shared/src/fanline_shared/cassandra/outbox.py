@@ -38,8 +38,9 @@ OUTBOX_MIGRATIONS = (
     # grows without bound and the tombstones left by acks stay in closed
     # minutes that the relay stops reading. A resurrected outbox row (a
     # tombstone purged before it reached every replica) only re-publishes an
-    # idempotent event, so a short gc_grace_seconds is safe; unpublished events
-    # expire after 7 days.
+    # idempotent event, so a short gc_grace_seconds is safe. (The 7-day
+    # default TTL this table was created with is removed by
+    # OUTBOX_KEEP_MIGRATION: an unpublished event must never expire.)
     """
     CREATE TABLE IF NOT EXISTS {keyspace}.outbox (
         shard int,
@@ -71,6 +72,15 @@ OUTBOX_MIGRATIONS = (
 # the relay publishes it as a Kafka header too.
 OUTBOX_REQUEST_ID_MIGRATION = """
 ALTER TABLE {keyspace}.outbox ADD IF NOT EXISTS request_id text;
+"""
+
+
+# An unpublished event is an acknowledged write: it must outlive any broker
+# outage, so rows no longer expire (they expired after 7 days, silently
+# dropping the events of a longer outage). Published rows are deleted by the
+# ack; rows written before this migration keep the TTL they were written with.
+OUTBOX_KEEP_MIGRATION = """
+ALTER TABLE {keyspace}.outbox WITH default_time_to_live = 0;
 """
 
 

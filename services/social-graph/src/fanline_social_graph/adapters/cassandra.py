@@ -37,6 +37,7 @@ from cassandra.cluster import Session
 from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
+    OUTBOX_KEEP_MIGRATION,
     OUTBOX_MIGRATIONS,
     OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
@@ -126,6 +127,7 @@ MIGRATIONS: tuple[str, ...] = (
     *OUTBOX_MIGRATIONS,
     ACTIVITY_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_KEEP_MIGRATION,
 )
 
 

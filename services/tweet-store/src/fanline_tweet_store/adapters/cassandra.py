@@ -52,6 +52,7 @@ from cassandra.query import PreparedStatement
 from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
+    OUTBOX_KEEP_MIGRATION,
     OUTBOX_MIGRATIONS,
     OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
@@ -154,6 +155,7 @@ MIGRATIONS: tuple[str, ...] = (
     DELETED_MIGRATION,
     HYBRID_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_KEEP_MIGRATION,
 )
 
 
