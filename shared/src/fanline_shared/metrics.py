@@ -177,6 +177,11 @@ OUTBOX_OLDEST_AGE = Gauge(
     "Age of the oldest unpublished outbox event the relay found at its last sweep (0: none)", ["source"],
     multiprocess_mode="livemax",
 )
+OUTBOX_RELAY_LEADER = Gauge(
+    "fanline_outbox_relay_active",
+    "1 while this gateway's relay holds the source outbox's lease (the one replica that sweeps it)", ["source"],
+    multiprocess_mode="livesum",
+)
 OUTBOX_RELAYED = Counter(
     "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
 )

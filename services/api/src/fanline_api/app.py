@@ -187,6 +187,8 @@ def create_app(settings: Settings) -> Starlette:
             sweep_interval_s=settings.relay_interval_s,
             stale_after_ms=settings.relay_stale_after_ms,
             ack_when_applied=settings.kafka.ack_when_applied,
+            # One relay per outbox across the replicas (the rest stand by).
+            lease_ttl_s=settings.relay_lease_s,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
         # Live streams (live.py, tap.py): every replica taps the whole events topic.

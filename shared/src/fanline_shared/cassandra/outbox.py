@@ -20,7 +20,7 @@ from cassandra.query import PreparedStatement
 
 from ..domain import OutboxEvent, min_timeuuid, timeuuid_sort_key, timeuuid_time
 from ..errors import Unavailable
-from .bridge import execute, execute_concurrent
+from .bridge import execute, execute_concurrent, execute_lwt
 from .connection import prepare
 from .timeutil import unix_minute
 
@@ -84,6 +84,17 @@ ALTER TABLE {keyspace}.outbox WITH default_time_to_live = 0;
 """
 
 
+# The relay's lease (``ports.RelayLease``): one row whose TTL is the lease;
+# taken with an LWT when absent (or expired), renewed with an LWT by its holder.
+OUTBOX_LEASE_MIGRATION = """
+CREATE TABLE IF NOT EXISTS {keyspace}.outbox_lease (
+    name text PRIMARY KEY,
+    holder text
+) WITH gc_grace_seconds = 3600;
+"""
+RELAY_LEASE = "relay"
+
+
 def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
     """``(shard, minute)`` of an event: shard from the id's random node bits."""
     return event_id.int % OUTBOX_SHARDS, unix_minute(timeuuid_time(event_id))
@@ -121,6 +132,14 @@ class CassandraOutbox:
             session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
         self._delete_minute = prepare(
             session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
+        self._lease_take = prepare(
+            session, f"INSERT INTO {ks}.outbox_lease (name, holder) VALUES (?, ?) IF NOT EXISTS USING TTL ?",
+            write=True, idempotent=False)
+        self._lease_renew = prepare(
+            session, f"UPDATE {ks}.outbox_lease USING TTL ? SET holder = ? WHERE name = ? IF holder = ?",
+            write=True, idempotent=False)
+        self._lease_release = prepare(
+            session, f"DELETE FROM {ks}.outbox_lease WHERE name = ? IF holder = ?", write=True, idempotent=False)
 
     def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
         """The write of the event's row (callers put it in their own batch)."""
@@ -203,3 +222,20 @@ class CassandraOutbox:
             return
         params = [(*outbox_partition(event_id), event_id) for event_id in dict.fromkeys(event_ids)]
         await execute_concurrent(self._session(), self._delete, params, name="outbox_ack", concurrency=32)
+
+    async def acquire_lease(self, holder: str, ttl_s: int) -> bool:
+        """An LWT insert takes a free (or expired: the row's TTL ran out)
+        lease; the holder renews its own with an LWT update. Serial
+        consistency makes concurrent takers agree on one holder."""
+        session = self._session()
+        taken, row = await execute_lwt(session, self._lease_take, (RELAY_LEASE, holder, ttl_s), name="outbox_lease")
+        if taken:
+            return True
+        if row is None or getattr(row, "holder", None) != holder:
+            return False
+        renewed, _ = await execute_lwt(session, self._lease_renew, (ttl_s, holder, RELAY_LEASE, holder),
+                                       name="outbox_lease")
+        return renewed
+
+    async def release_lease(self, holder: str) -> None:
+        await execute_lwt(self._session(), self._lease_release, (RELAY_LEASE, holder), name="outbox_lease")

@@ -38,6 +38,7 @@ from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
     OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATIONS,
     OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
@@ -128,6 +129,7 @@ MIGRATIONS: tuple[str, ...] = (
     ACTIVITY_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
     OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
 )
 
 

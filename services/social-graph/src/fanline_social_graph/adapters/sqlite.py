@@ -19,6 +19,7 @@ from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
 from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
     OUTBOX_PUBLISHED_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
@@ -93,6 +94,7 @@ MIGRATIONS: tuple[str, ...] = (
     OUTBOX_PUBLISHED_MIGRATION,
     ACTIVITY_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
 )
 
 

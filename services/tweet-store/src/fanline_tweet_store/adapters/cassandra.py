@@ -53,6 +53,7 @@ from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
     OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATIONS,
     OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
@@ -156,6 +157,7 @@ MIGRATIONS: tuple[str, ...] = (
     HYBRID_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
     OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
 )
 
 

@@ -22,6 +22,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
 from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
     OUTBOX_PUBLISHED_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
@@ -107,6 +108,7 @@ MIGRATIONS: tuple[str, ...] = (
     DELETED_MIGRATION,
     HYBRID_MIGRATION,
     OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
 )
 
 _COUNT = (
