@@ -127,6 +127,7 @@ class LogSettings:
     @classmethod
     def from_env(cls, env: Env) -> LogSettings:
         level = env.string("FANLINE_LOG_LEVEL", "INFO").upper()
+        level = {"WARN": "WARNING"}.get(level, level)
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigError(f"FANLINE_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
         return cls(level=level, format=env.choice("FANLINE_LOG_FORMAT", "json", ("json", "console")))
