@@ -104,7 +104,7 @@ async def test_a_standby_takes_over_when_the_holder_stops_or_dies() -> None:
     await first.keep_leases()
     await second.keep_leases()
     assert first.leads("tweet-store") and not second.leads("tweet-store")
-    assert metrics.OUTBOX_RELAY_LEADER.labels("tweet-store")._value.get() == 0  # the last to ask: standby
+    assert metrics.OUTBOX_RELAY_ACTIVE.labels("tweet-store")._value.get() == 0  # the last to ask: standby
 
     owner.rows = {e.id: e for e in waiting(3)}
     await first.stop()  # releases the lease

@@ -177,7 +177,7 @@ OUTBOX_OLDEST_AGE = Gauge(
     "Age of the oldest unpublished outbox event the relay found at its last sweep (0: none)", ["source"],
     multiprocess_mode="livemax",
 )
-OUTBOX_RELAY_LEADER = Gauge(
+OUTBOX_RELAY_ACTIVE = Gauge(
     "fanline_outbox_relay_active",
     "1 while this gateway's relay holds the source outbox's lease (the one replica that sweeps it)", ["source"],
     multiprocess_mode="livesum",

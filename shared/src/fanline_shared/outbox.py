@@ -287,7 +287,7 @@ class OutboxRelay:
                 log.warning("outbox.lease_failed", source=name, error=exc.message)
                 continue
             self._lease_until[name] = asked + self._lease_ttl * LEASE_USE if held else 0.0
-            metrics.OUTBOX_RELAY_LEADER.labels(name).set(1 if held else 0)
+            metrics.OUTBOX_RELAY_ACTIVE.labels(name).set(1 if held else 0)
             if held != was:
                 log.info("outbox.relay_active" if held else "outbox.relay_standby", source=name, holder=self.holder)
             if not held:
@@ -304,7 +304,7 @@ class OutboxRelay:
             if not self.leads(name):
                 continue
             self._lease_until[name] = 0.0
-            metrics.OUTBOX_RELAY_LEADER.labels(name).set(0)
+            metrics.OUTBOX_RELAY_ACTIVE.labels(name).set(0)
             try:
                 await outbox_release_lease(client, self.holder)
             except DomainError as exc:
