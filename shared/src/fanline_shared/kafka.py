@@ -230,12 +230,33 @@ class EventPublisher:
             await self._reset()
             raise Unavailable(f"kafka unavailable: {exc!r}") from None
 
-    async def _reset(self) -> None:
+    async def _reset(self, *, flush: bool = False) -> None:
+        """Drop the producer after a failure (the circuit opens). Its unsent
+        messages are *discarded*, not flushed: the callers reported them as
+        not published, so they stay in the outbox and the relay publishes them
+        again; flushing (aiokafka's ``stop``) waited out the outage and then
+        delivered them too — measured after a Kafka outage with two gateways:
+        two or three copies of every event on the topic
+        (tests/e2e/test_relay_leader.py)."""
         self._retry_at = time.monotonic() + CIRCUIT_OPEN_S
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:
-            await _quiet_close(producer)
+            await (_quiet_close(producer) if flush else _discard(producer, self._settings.request_timeout_s))
 
     async def close(self) -> None:
-        await self._reset()
+        await self._reset(flush=True)
+
+
+async def _discard(producer: AIOKafkaProducer, timeout_s: float) -> None:
+    """Close ``producer`` without sending what it still holds. aiokafka has
+    no abort: stop its sender task (requests already on the wire finish or
+    fail) and close its connections, skipping ``stop()``'s flush."""
+    sender = getattr(producer, "_sender", None)
+    try:
+        if sender is not None:
+            await asyncio.wait_for(sender.close(), timeout_s)
+        await asyncio.wait_for(producer.client.close(), timeout_s)
+    except Exception as exc:  # noqa: BLE001 - a failed producer may fail to close too
+        log.debug("discarding a failed producer: %r", exc)
+    producer._closed = True  # a later stop() must not flush either
