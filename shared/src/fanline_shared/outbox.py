@@ -340,7 +340,13 @@ class OutboxRelay:
         total = 0
         for name, client in self._sources.items():
             first = True
-            while self.leads(name):  # checked again before each batch: a lease may end mid-sweep
+            while True:
+                # Renewed (when due) and checked before each batch: with the
+                # broker down a batch can take the Kafka timeout, and a lease
+                # may end mid-sweep.
+                await self.keep_leases()
+                if not self.leads(name):
+                    break
                 events = await outbox_pending(client, self._stale_after_ms, self._batch)
                 metrics.OUTBOX_PENDING.labels(name).set(len(events))
                 if first:
