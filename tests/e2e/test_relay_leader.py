@@ -91,7 +91,10 @@ async def created_counts(bootstrap: str, topic: str, partition_count: int, tweet
         end = await consumer.end_offsets(partitions)
         counts: Counter[str] = Counter()
         deadline = time.monotonic() + 60
-        while any(await consumer.position(tp) < end[tp] for tp in partitions):
+        async def behind() -> bool:
+            return any([await consumer.position(tp) < end[tp] for tp in partitions])
+
+        while await behind():
             assert time.monotonic() < deadline, "could not read the topic to its end"
             for records in (await consumer.getmany(timeout_ms=1000)).values():
                 for record in records:
