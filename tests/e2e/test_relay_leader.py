@@ -133,7 +133,7 @@ def test_after_a_kafka_outage_each_waiting_event_is_published_once(two_gateways:
                                             int(env.get("FANLINE_TOPIC_PARTITIONS", "8")), {first, *posted}))
         assert counts == Counter({tweet_id: 1 for tweet_id in (first, *posted)}), counts
         eventually(lambda: sum(relay_active(url, "tweet-store") for url in (system.url(), replica)) == 1,
-                   timeout=10, what="exactly one active relay for tweet-store")
+                   timeout=30, what="exactly one active relay for tweet-store")
     finally:
         for api in apis:
             api.close()

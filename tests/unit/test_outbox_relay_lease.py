@@ -179,3 +179,12 @@ def test_the_lease_route_refuses_bad_input_with_400() -> None:
     assert response.status_code == 200 and response.json() == {"held": True}
     assert client.delete("/internal/outbox/lease", params={"holder": "gw:1:ab"}).status_code == 204
     assert leases.calls == [("gw:1:ab", 10), ("gw:1:ab", None)]
+
+
+async def test_the_active_gauge_drops_when_the_lease_ends_unrenewed() -> None:
+    """A holder stuck in a slow publish (Kafka down) must not keep reporting itself active."""
+    relay = OutboxRelay(Broker(), {"social-graph": Owner([])}, stale_after_ms=0, lease_ttl_s=2)  # type: ignore[arg-type]
+    await relay.keep_leases()
+    assert metrics.OUTBOX_RELAY_ACTIVE.labels("social-graph")._value.get() == 1
+    await asyncio.sleep(2 * 0.8 + 0.1)  # no renewal meanwhile
+    assert metrics.OUTBOX_RELAY_ACTIVE.labels("social-graph")._value.get() == 0

@@ -288,6 +288,11 @@ class OutboxRelay:
                 continue
             self._lease_until[name] = asked + self._lease_ttl * LEASE_USE if held else 0.0
             metrics.OUTBOX_RELAY_ACTIVE.labels(name).set(1 if held else 0)
+            if held:
+                # The gauge drops when the lease ends unrenewed, even while this
+                # task is stuck in a slow publish (the loop still runs timers).
+                asyncio.get_running_loop().call_later(
+                    max(0.0, self._lease_until[name] - time.monotonic()) + 0.01, self._lease_ended, name)
             if held != was:
                 log.info("outbox.relay_active" if held else "outbox.relay_standby", source=name, holder=self.holder)
             if not held:
@@ -295,6 +300,10 @@ class OutboxRelay:
                 for gauge in (metrics.OUTBOX_PENDING, metrics.OUTBOX_OLDEST_AGE):
                     with contextlib.suppress(KeyError):
                         gauge.remove(name)
+
+    def _lease_ended(self, source: str) -> None:
+        if not self.leads(source):
+            metrics.OUTBOX_RELAY_ACTIVE.labels(source).set(0)
 
     async def release_leases(self) -> None:
         """Give up every lease held (at shutdown), so a standby takes over at once."""
