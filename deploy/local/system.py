@@ -285,6 +285,8 @@ def main() -> int:
     parser.add_argument("--api-replicas", type=int, default=1,
                         help="gateway processes (the extra ones listen on base+6, base+7, ...)")
     args = parser.parse_args()
+    # On a terminal readable lines beat JSON; FANLINE_LOG_FORMAT=json keeps JSON.
+    console = {"FANLINE_LOG_FORMAT": os.environ.get("FANLINE_LOG_FORMAT", "console")}
 
     if args.real:
         system = System(
@@ -292,10 +294,10 @@ def main() -> int:
             base_port=args.base_port,
             backend="cassandra",
             kafka_bootstrap=os.environ.get("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-            extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true")},
+            extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true"), **console},
         )
     else:
-        system = System(data_dir=Path(args.data_dir), base_port=args.base_port)
+        system = System(data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console)
 
     stopping = False
 

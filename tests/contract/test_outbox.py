@@ -6,6 +6,7 @@ follow, a tweet), so each case appends through its service's repository.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections.abc import Awaitable, Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fanline_shared.cassandra import outbox_partition
 from fanline_shared.domain import OutboxEvent, Tweet, new_timeuuid, timeuuid_time, utcnow
 from fanline_shared.ports import Outbox
 from fanline_social_graph.adapters import SocialGraphStorage
@@ -141,3 +143,42 @@ async def test_applied_mode_keeps_published_events_until_acked_and_replays_them(
     assert mine == [events[0], events[1], events[3]]
     await outbox.ack([e.id for e in events])
     assert not [e for e in await outbox.pending(utcnow(), 10_000) if e in events]
+
+
+async def test_an_events_request_id_is_stored_with_it(owner: Owner, clock: Clock) -> None:
+    """The request that caused an event travels with its outbox row, so the
+    relay publishes it as the Kafka header too (docs/operations.md, "Follow
+    one post"); an event without one stays without."""
+    base = clock.past()
+    traced = OutboxEvent(id=new_timeuuid(base), key="traced", payload=b"{}", request_id="req-1f2e")
+    plain = OutboxEvent(id=new_timeuuid(base + timedelta(milliseconds=1)), key="plain", payload=b"{}")
+    await owner.append(traced)
+    await owner.append(plain)
+    pending = {e.id: e for e in await owner.outbox.pending(utcnow(), 10_000)}
+    assert pending[traced.id].request_id == "req-1f2e"
+    assert pending[plain.id].request_id is None
+    await owner.outbox.ack([traced.id, plain.id])
+
+
+async def test_an_unpublished_event_never_expires(owner: Owner, backend: Any, clock: Clock) -> None:
+    """Issue 14, 3(d): an unpublished outbox row is an acknowledged write and
+    must outlive a broker outage of any length. Cassandra's outbox was
+    created with a 7-day default TTL, so a longer outage silently dropped
+    events: the row written now must carry no TTL, and the table no default.
+    SQLite has no expiry at all; there the event, 8 days old, is still pending."""
+    event = event_at(clock.past() - timedelta(days=8), 0)
+    await owner.append(event)
+    assert event in await owner.outbox.pending(utcnow(), 10_000)
+    if backend.name == "cassandra":
+        outbox: Any = owner.outbox
+        session, ks = outbox.session, outbox.keyspace
+        shard, minute = outbox_partition(event.id)
+        row = (await asyncio.to_thread(
+            session.execute, f"SELECT TTL(payload) AS ttl FROM {ks}.outbox WHERE shard = %s AND minute = %s "
+            "AND event_id = %s", (shard, minute, event.id))).one()
+        assert row.ttl is None, f"outbox row expires in {row.ttl} s"
+        table = (await asyncio.to_thread(
+            session.execute, "SELECT default_time_to_live FROM system_schema.tables "
+            "WHERE keyspace_name = %s AND table_name = 'outbox'", (ks,))).one()
+        assert table.default_time_to_live == 0
+    await owner.outbox.ack([event.id])

@@ -81,7 +81,7 @@ class FakeProducer:
     async def start(self) -> None:
         return None
 
-    async def send(self, topic: str, value: bytes, key: bytes) -> asyncio.Future[Any]:
+    async def send(self, topic: str, value: bytes, key: bytes, headers: Any = None) -> asyncio.Future[Any]:
         if FakeProducer.send_error is not None:
             raise FakeProducer.send_error
         f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -117,6 +117,26 @@ async def test_timeouts_keep_the_producer_and_cap_what_it_holds(fake: type[FakeP
     assert len(fake.made[0].pending) == 5
     await publisher.close()
     assert fake.made[0].stopped and publisher.unacked == 0  # its backlog failed, then stopped
+
+
+async def test_an_event_handed_over_again_is_not_sent_twice(fake: type[FakeProducer]) -> None:
+    """The relay hands an event over again after a timeout (it is still in the
+    outbox); the kept producer still holds the first copy, so a second send
+    would put two on the topic once the broker answers."""
+    publisher = kafka.EventPublisher(settings(timeout_s=0.01), BOUNDS)
+    publisher._observe_cluster = lambda producer: None  # type: ignore[method-assign]  # (no cluster here)
+    waiting = [event() for _ in range(3)]
+    assert await publisher.publish_many(waiting) == []
+    await asyncio.sleep(BOUNDS.circuit_open_s + 0.01)
+    assert await publisher.publish_many(waiting) == []
+    assert len(fake.made[0].pending) == 3  # not 6
+    for f in fake.made[0].pending:
+        f.set_result(None)  # the broker answers
+    await asyncio.sleep(0)
+    await asyncio.sleep(BOUNDS.circuit_open_s + 0.01)
+    assert await publisher.publish_many(waiting) == waiting  # delivered: done at once, not sent again
+    assert len(fake.made[0].pending) == 3
+    await publisher.close()
 
 
 async def test_the_relay_batch_sends_only_the_room_left(fake: type[FakeProducer]) -> None:

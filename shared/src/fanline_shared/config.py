@@ -133,6 +133,24 @@ def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """How a service logs (``logs.py``): ``FANLINE_LOG_LEVEL`` and
+    ``FANLINE_LOG_FORMAT`` (``json``, one object a line, the default; or
+    ``console``, readable lines, what ``make run`` uses)."""
+
+    level: str = "INFO"
+    format: str = "json"
+
+    @classmethod
+    def from_env(cls, env: Env) -> LogSettings:
+        level = env.string("FANLINE_LOG_LEVEL", "INFO").upper()
+        level = {"WARN": "WARNING"}.get(level, level)
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigError(f"FANLINE_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, got {level!r}")
+        return cls(level=level, format=env.choice("FANLINE_LOG_FORMAT", "json", ("json", "console")))
+
+
+@dataclass(frozen=True)
 class StorageSettings:
     """Where a service keeps its tables: SQLite files (embedded) or Cassandra."""
 

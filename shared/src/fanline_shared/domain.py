@@ -196,8 +196,11 @@ class OutboxEvent:
 
     ``key`` is the Kafka message key (the author's canonical username), and
     ``payload`` the serialised event (see ``fanline_shared.events``).
+    ``request_id``: the request that caused it (``logs.py``), stored with the
+    row and published as a Kafka header, so its fan-out can be followed.
     """
 
     id: uuid.UUID
     key: str
     payload: bytes
+    request_id: str | None = None

@@ -23,6 +23,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .domain import OutboxEvent, new_timeuuid, to_rfc3339, utcnow
+from .logs import current_request_id
 
 SCHEMA_VERSION = 1
 
@@ -118,7 +119,8 @@ def _envelope(kind: str, key: str, data: dict[str, object]) -> OutboxEvent:
             "data": data,
         }
     )
-    return OutboxEvent(id=event_id, key=key, payload=payload)
+    # The request (or event being handled) this event comes from, if any.
+    return OutboxEvent(id=event_id, key=key, payload=payload, request_id=current_request_id())
 
 
 def tweet_created(tweet_id: uuid.UUID, author: str, created_at: datetime) -> OutboxEvent:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from collections import OrderedDict
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -32,11 +34,14 @@ from . import metrics
 from .config import KafkaSettings
 from .domain import OutboxEvent
 from .errors import Unavailable
+from .logs import kafka_headers
 from .policies import EVENT_PRODUCER, ProducerBounds
 
 log = logging.getLogger(__name__)
 
 CLUSTER_GAUGES_EVERY_S = 5.0
+# Ids of events delivered lately that a repeated hand-over is answered from (see EventPublisher._pending).
+DELIVERED_IDS_KEPT = 20_000
 # After these a producer cannot send any more and is replaced (EventPublisher._unusable).
 FATAL_PRODUCER_ERRORS = (ProducerFenced, ProducerClosed, OutOfOrderSequenceNumber, IllegalStateError)
 
@@ -136,6 +141,14 @@ class EventPublisher:
         self._failing_since: float | None = None
         self._unacked = 0
         self._gauges_at = 0.0
+        # Outbox events the producer holds, by id, and the ids it delivered
+        # lately: the relay hands the same event over again after a timeout
+        # (it is still in the outbox), and a kept producer would then deliver
+        # both copies once the broker answers -- two or three of every event
+        # after an outage (tests/e2e/test_relay_leader.py). A repeat waits on
+        # the first send instead, or is done at once if it was delivered.
+        self._pending: dict[uuid.UUID, asyncio.Future[Any]] = {}
+        self._delivered: OrderedDict[uuid.UUID, None] = OrderedDict()
 
     @property
     def last_error(self) -> str:
@@ -179,24 +192,39 @@ class EventPublisher:
             self._producer = producer
             return producer
 
-    def _track(self, future: asyncio.Future[Any]) -> None:
+    def _track(self, event: OutboxEvent, future: asyncio.Future[Any]) -> None:
         """Count an event the producer now holds until its future settles."""
         self._unacked += 1
         metrics.KAFKA_PRODUCER_UNACKED.set(self._unacked)
+        self._pending[event.id] = future
 
         def settled(f: asyncio.Future[Any]) -> None:
             self._unacked -= 1
             metrics.KAFKA_PRODUCER_UNACKED.set(self._unacked)
-            if not f.cancelled():
-                f.exception()  # retrieved: a send given up on must not log "never retrieved"
+            if self._pending.get(event.id) is f:
+                del self._pending[event.id]
+            if not f.cancelled() and f.exception() is None:  # (retrieved: no "never retrieved" log)
+                self._delivered[event.id] = None
+                while len(self._delivered) > DELIVERED_IDS_KEPT:
+                    self._delivered.popitem(last=False)
 
         future.add_done_callback(settled)
 
     async def _send(self, producer: AIOKafkaProducer, event: OutboxEvent) -> asyncio.Future[Any]:
-        """Hand one event to the producer; its future settles on the broker's answer."""
+        """Hand one event to the producer; its future settles on the broker's
+        answer. An event it holds already, or delivered lately, is not sent
+        again (see ``_pending``)."""
+        if event.id in self._delivered:
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        pending = self._pending.get(event.id)
+        if pending is not None:
+            return pending
         future: asyncio.Future[Any] = await producer.send(self._settings.events_topic, event.payload,
-                                                          key=event.key.encode())
-        self._track(future)
+                                                          key=event.key.encode(),
+                                                          headers=kafka_headers(event.request_id))
+        self._track(event, future)
         return future
 
     def _remember(self, exc: BaseException) -> None:

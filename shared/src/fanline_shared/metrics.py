@@ -198,6 +198,16 @@ OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],
     multiprocess_mode="livemax",
 )
+OUTBOX_OLDEST_AGE = Gauge(
+    "fanline_outbox_oldest_pending_seconds",
+    "Age of the oldest unpublished outbox event the relay found at its last sweep (0: none)", ["source"],
+    multiprocess_mode="livemax",
+)
+OUTBOX_RELAY_ACTIVE = Gauge(
+    "fanline_outbox_relay_active",
+    "1 while this gateway's relay holds the source outbox's lease (the one replica that sweeps it)", ["source"],
+    multiprocess_mode="livesum",
+)
 OUTBOX_RELAYED = Counter(
     "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
 )

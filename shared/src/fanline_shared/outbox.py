@@ -11,6 +11,13 @@
 Events may therefore be published more than once; the worker is idempotent and
 checks current state, so that is harmless. See docs/architecture.md.
 
+Only one relay sweeps an outbox at a time: with N gateway replicas, N relays
+sweeping after an outage published N copies of every waiting event. Each
+relay asks the owner for the outbox's lease (``ports.RelayLease``, renewed
+every third of ``FANLINE_RELAY_LEASE_S``); the holder sweeps, the others stand
+by and take over once it lapses (or at once when a stopping holder releases
+it). Every replica still acknowledges its own fast-path publishes.
+
 Two acknowledgement modes (``FANLINE_OUTBOX_ACK``):
 
 * ``broker`` (real Kafka, the default): a row is deleted once the broker
@@ -26,7 +33,10 @@ Two acknowledgement modes (``FANLINE_OUTBOX_ACK``):
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
+import os
+import socket
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -36,16 +46,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import metrics
-from .domain import utcnow
-from .errors import BadRequest, Conflict, DomainError
+from .domain import timeuuid_time, utcnow
+from .errors import BadRequest, Conflict, DomainError, NotFound
 from .events import Event, TweetCreated, TweetDeleted
 from .kafka import EventPublisher
+from .logs import get_logger
 from .peers import PeerClient, event_to_json, outbox_ack, outbox_pending
 from .policies import RELAY_BACKOFF
 from .ports import AppliedAckOutbox, Outbox
 from .web import json_response, read_json_object, route
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list[Route]:
@@ -90,12 +101,52 @@ def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list
     async def replay(request: Request) -> Response:
         return json_response({"replayed": await applied_mode(request).replay()})
 
+    def lease_holder(value: object) -> str:
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_HOLDER or not value.isprintable():
+            raise BadRequest(f"holder must be 1-{MAX_HOLDER} printable characters", code="invalid_holder")
+        return value
+
+    async def acquire_lease(request: Request) -> Response:
+        body = await read_json_object(request)
+        ttl_s = body.get("ttl_s")
+        if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or not 1 <= ttl_s <= MAX_LEASE_S:
+            raise BadRequest(f"ttl_s must be an integer 1-{MAX_LEASE_S}", code="invalid_ttl")
+        held = await get_outbox(request).acquire_lease(lease_holder(body.get("holder")), ttl_s)
+        return json_response({"held": held})
+
+    async def release_lease(request: Request) -> Response:
+        await get_outbox(request).release_lease(lease_holder(request.query_params.get("holder")))
+        return Response(status_code=204)
+
     return [
         route(service, "/internal/outbox", pending, ["GET"]),
         route(service, "/internal/outbox/ack", ack, ["POST"]),
         route(service, "/internal/outbox/published", mark_published, ["POST"]),
         route(service, "/internal/outbox/replay", replay, ["POST"]),
+        route(service, "/internal/outbox/lease", acquire_lease, ["POST"]),
+        route(service, "/internal/outbox/lease", release_lease, ["DELETE"]),
     ]
+
+
+MAX_HOLDER = 200
+MAX_LEASE_S = 3600
+
+
+async def outbox_acquire_lease(client: PeerClient, holder: str, ttl_s: int) -> bool:
+    """Take or renew the relay lease of ``client``'s outbox. An owner that
+    predates leases (404 during a rolling upgrade) counts as held: every
+    relay publishes then, as before."""
+    try:
+        body = await client.call("POST", "/internal/outbox/lease", operation="outbox_lease",
+                                 json={"holder": holder, "ttl_s": ttl_s}, policy=None)
+    except NotFound:
+        return True
+    return bool(body["held"])
+
+
+async def outbox_release_lease(client: PeerClient, holder: str) -> None:
+    await client.call("DELETE", "/internal/outbox/lease", operation="outbox_lease_release",
+                      params={"holder": holder}, policy=None)
 
 
 async def outbox_mark_published(client: PeerClient, ids: list[uuid.UUID]) -> None:
@@ -143,8 +194,21 @@ class AppliedAcks:
                 self._held[name] = ids + self._held[name]
 
 
+# A holder stops sweeping this far into its lease (counted from when it asked
+# for it), well before the owner lets the lease lapse.
+LEASE_USE = 0.8
+
+
+def relay_holder() -> str:
+    """This relay's name in the lease rows: host, process and a random tag."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 class OutboxRelay:
-    """Background task of the gateway: batch acks and sweep stale events."""
+    """Background task of the gateway: batch acks and sweep stale events.
+
+    ``lease_ttl_s``: sweep a source only while holding its outbox's lease
+    (None: always, for a single relay and for tests)."""
 
     def __init__(
         self,
@@ -155,9 +219,17 @@ class OutboxRelay:
         stale_after_ms: int = 3000,
         batch: int = 500,
         ack_when_applied: bool = False,
+        lease_ttl_s: int | None = None,
+        holder: str | None = None,
     ) -> None:
         self._publisher = publisher
         self._sources = sources
+        self._lease_ttl = lease_ttl_s
+        self.holder = holder or relay_holder()
+        # Per source: until when (monotonic) this relay may sweep, and when
+        # it next asks for (or renews) the lease.
+        self._lease_until = dict.fromkeys(sources, 0.0)
+        self._lease_next = dict.fromkeys(sources, 0.0)
         self._interval = sweep_interval_s
         self._stale_after_ms = stale_after_ms
         self._batch = batch
@@ -191,6 +263,62 @@ class OutboxRelay:
         if len(self._to_ack[source]) >= self._batch:
             self._wake.set()
 
+    def leads(self, source: str) -> bool:
+        """Whether this relay may sweep ``source``'s outbox now."""
+        return self._lease_ttl is None or time.monotonic() < self._lease_until[source]
+
+    async def keep_leases(self) -> None:
+        """Take or renew each source's lease when due (every third of its
+        TTL); a standby asks as often, so it takes over within a third of a
+        TTL after the lease lapses or is released."""
+        if self._lease_ttl is None:
+            return
+        for name, client in self._sources.items():
+            asked = time.monotonic()
+            if asked < self._lease_next[name]:
+                continue
+            self._lease_next[name] = asked + self._lease_ttl / 3
+            was = self.leads(name)
+            try:
+                held = await outbox_acquire_lease(client, self.holder, self._lease_ttl)
+            except DomainError as exc:
+                # Unknown outcome: a lease held runs out by itself (sweeps stop
+                # at its end); ask again at the next turn.
+                log.warning("outbox.lease_failed", source=name, error=exc.message)
+                continue
+            self._lease_until[name] = asked + self._lease_ttl * LEASE_USE if held else 0.0
+            metrics.OUTBOX_RELAY_ACTIVE.labels(name).set(1 if held else 0)
+            if held:
+                # The gauge drops when the lease ends unrenewed, even while this
+                # task is stuck in a slow publish (the loop still runs timers).
+                asyncio.get_running_loop().call_later(
+                    max(0.0, self._lease_until[name] - time.monotonic()) + 0.01, self._lease_ended, name)
+            if held != was:
+                log.info("outbox.relay_active" if held else "outbox.relay_standby", source=name, holder=self.holder)
+            if not held:
+                # The active relay reports the backlog; a standby's last values would linger.
+                for gauge in (metrics.OUTBOX_PENDING, metrics.OUTBOX_OLDEST_AGE):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(name)
+
+    def _lease_ended(self, source: str) -> None:
+        if not self.leads(source):
+            metrics.OUTBOX_RELAY_ACTIVE.labels(source).set(0)
+
+    async def release_leases(self) -> None:
+        """Give up every lease held (at shutdown), so a standby takes over at once."""
+        if self._lease_ttl is None:
+            return
+        for name, client in self._sources.items():
+            if not self.leads(name):
+                continue
+            self._lease_until[name] = 0.0
+            metrics.OUTBOX_RELAY_ACTIVE.labels(name).set(0)
+            try:
+                await outbox_release_lease(client, self.holder)
+            except DomainError as exc:
+                log.warning("outbox.lease_release_failed", source=name, error=exc.message)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
 
@@ -202,6 +330,7 @@ class OutboxRelay:
             except asyncio.CancelledError:
                 pass
         await self.flush_acks()
+        await self.release_leases()
 
     async def flush_acks(self) -> None:
         for name, client in self._sources.items():
@@ -219,15 +348,31 @@ class OutboxRelay:
         how many were published."""
         total = 0
         for name, client in self._sources.items():
+            first = True
             while True:
+                # Renewed (when due) and checked before each batch: with the
+                # broker down a batch can take the Kafka timeout, and a lease
+                # may end mid-sweep.
+                await self.keep_leases()
+                if not self.leads(name):
+                    break
                 events = await outbox_pending(client, self._stale_after_ms, self._batch)
                 metrics.OUTBOX_PENDING.labels(name).set(len(events))
+                if first:
+                    # Oldest first: how long the oldest waiting event has waited.
+                    oldest = (utcnow() - timeuuid_time(events[0].id)).total_seconds() if events else 0.0
+                    metrics.OUTBOX_OLDEST_AGE.labels(name).set(max(0.0, oldest))
+                    first = False
                 if not events:
                     break
                 done = await self._publisher.publish_many(events)
                 if done:
                     await self._settle(client, [e.id for e in done])
                     metrics.OUTBOX_RELAYED.labels(name).inc(len(done))
+                    # One line per batch; the request ids make each event's step findable.
+                    log.info("outbox.relayed", source=name, events=len(done),
+                             event_ids=[str(e.id) for e in done],
+                             request_ids=sorted({e.request_id for e in done if e.request_id}))
                     total += len(done)
                 if len(done) < len(events) or len(events) < self._batch:
                     break
@@ -244,6 +389,7 @@ class OutboxRelay:
             try:
                 await self.replay_once()
                 await self.flush_acks()
+                await self.keep_leases()
                 await self.sweep_once()
                 failures = 0
             except asyncio.CancelledError:

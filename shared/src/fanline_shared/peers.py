@@ -27,17 +27,22 @@ from .domain import OutboxEvent
 from .errors import OVERLOADED_HEADER, DomainError, NotFound, Overloaded, Unavailable, from_status
 from .internal_auth import CODE as INTERNAL_UNAUTHORIZED
 from .internal_auth import auth_headers
+from .logs import request_id_headers, valid_request_id
 from .policies import PEER_REQUEST, RetryPolicy, retry
 
 log = logging.getLogger(__name__)
 
 
 def event_to_json(event: OutboxEvent) -> dict[str, Any]:
-    return {"id": str(event.id), "key": event.key, "payload": event.payload.decode()}
+    data = {"id": str(event.id), "key": event.key, "payload": event.payload.decode()}
+    if event.request_id:
+        data["request_id"] = event.request_id
+    return data
 
 
 def event_from_json(data: dict[str, Any]) -> OutboxEvent:
-    return OutboxEvent(id=uuid.UUID(data["id"]), key=data["key"], payload=data["payload"].encode())
+    return OutboxEvent(id=uuid.UUID(data["id"]), key=data["key"], payload=data["payload"].encode(),
+                       request_id=valid_request_id(data.get("request_id")))
 
 
 # Sent by background callers (the fan-out worker) on requests that a service
@@ -108,6 +113,7 @@ class PeerClient:
             content = orjson.dumps(json) if json is not None else None
             req_headers = {"content-type": "application/json"} if content is not None else {}
             req_headers.update(self._auth)
+            req_headers.update(request_id_headers())  # the request (or event) this call serves
             if headers:
                 req_headers.update(headers)
             try:

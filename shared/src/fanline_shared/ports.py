@@ -276,8 +276,29 @@ class LargeAccountRegistry(Protocol):
         """Every registered author (canonical names) whose registration is live."""
 
 
-class Outbox(Protocol):
-    """Events waiting to be published (one per owning service)."""
+class RelayLease(Protocol):
+    """Which outbox relay may publish this outbox's stale events: one holder
+    at a time, for a bounded time, so that N gateway replicas do not publish
+    N copies of every event after an outage (issue 14, 3(e)).
+
+    The lease expires by itself ``ttl_s`` after it was last taken or renewed
+    (the storage's clock: a Cassandra TTL, SQLite's owning process), so a
+    holder that dies is replaced; a holder must stop relaying before its
+    own ``ttl_s`` has passed since it *asked* for the lease."""
+
+    async def acquire_lease(self, holder: str, ttl_s: int) -> bool:
+        """Take the lease if it is free or expired, or renew it if ``holder``
+        has it; True if ``holder`` holds it for the next ``ttl_s`` seconds.
+        Of concurrent callers at most one gets True."""
+
+    async def release_lease(self, holder: str) -> None:
+        """Give the lease up if ``holder`` has it (a standby takes over at its
+        next try instead of after the TTL); otherwise change nothing."""
+
+
+class Outbox(RelayLease, Protocol):
+    """Events waiting to be published (one per owning service), and the
+    lease of the relay that publishes them."""
 
     async def pending(self, older_than: datetime, limit: int) -> list[OutboxEvent]:
         """Unacknowledged events created before ``older_than``, oldest first."""

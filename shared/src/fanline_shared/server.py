@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 import os
 import sys
 from collections.abc import Callable
@@ -12,18 +11,15 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from .config import HttpSettings
+from . import logs
+from .config import Env, HttpSettings, LogSettings
 
 
 def configure_logging(service: str) -> None:
-    level = os.environ.get("FANLINE_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        level=level,
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
-    )
-    # The driver and Kafka clients are chatty at INFO.
-    for noisy in ("cassandra", "aiokafka", "kafka", "aiohttp"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    """Structured logs for ``service`` per ``FANLINE_LOG_LEVEL`` and
+    ``FANLINE_LOG_FORMAT`` (``logs.py``)."""
+    settings = LogSettings.from_env(Env(os.environ))
+    logs.configure_logging(service, settings.format, settings.level)
 
 
 def tune_gc_after_startup() -> None:

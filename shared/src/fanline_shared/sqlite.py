@@ -227,12 +227,29 @@ ALTER TABLE outbox ADD COLUMN published INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (published, sort_key);
 """
 
+# The request that caused an event (``logs.py``), published as a Kafka header.
+OUTBOX_REQUEST_ID_MIGRATION = """
+ALTER TABLE outbox ADD COLUMN request_id TEXT;
+"""
+
+# The relay's lease (``ports.RelayLease``): one row, taken when absent or
+# expired (by this machine's clock, shared by every process on the file).
+OUTBOX_LEASE_MIGRATION = """
+CREATE TABLE IF NOT EXISTS outbox_lease (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+RELAY_LEASE = "relay"
+
 
 def append_event(conn: sqlite3.Connection, event: OutboxEvent) -> None:
     """Store ``event`` inside the caller's transaction (same id twice: once)."""
     conn.execute(
-        "INSERT INTO outbox (event_id, sort_key, key, payload) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (str(event.id), timeuuid_sort_key(event.id), event.key, event.payload),
+        "INSERT INTO outbox (event_id, sort_key, key, payload, request_id) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT DO NOTHING",
+        (str(event.id), timeuuid_sort_key(event.id), event.key, event.payload, event.request_id),
     )
 
 
@@ -249,11 +266,11 @@ class SqliteOutbox:
 
         def read(conn: sqlite3.Connection) -> list[OutboxEvent]:
             rows = conn.execute(
-                "SELECT event_id, key, payload FROM outbox WHERE published = 0 AND sort_key < ?"
+                "SELECT event_id, key, payload, request_id FROM outbox WHERE published = 0 AND sort_key < ?"
                 " ORDER BY sort_key LIMIT ?",
                 (bound, limit),
             ).fetchall()
-            return [OutboxEvent(id=uuid.UUID(r[0]), key=r[1], payload=bytes(r[2])) for r in rows]
+            return [OutboxEvent(id=uuid.UUID(r[0]), key=r[1], payload=bytes(r[2]), request_id=r[3]) for r in rows]
 
         return await self.db.run(read, name="outbox_pending", write=False)
 
@@ -279,3 +296,22 @@ class SqliteOutbox:
 
         return await self.db.run(reset, name="outbox_replay")
 
+    async def acquire_lease(self, holder: str, ttl_s: int) -> bool:
+        def take(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            # One statement: inserted if absent, updated if ours or expired,
+            # untouched (0 rows changed) while another holder's lease runs.
+            cursor = conn.execute(
+                "INSERT INTO outbox_lease (name, holder, expires_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at"
+                " WHERE outbox_lease.holder = excluded.holder OR outbox_lease.expires_at <= ?",
+                (RELAY_LEASE, holder, now + ttl_s, now),
+            )
+            return cursor.rowcount == 1
+
+        return await self.db.run(take, name="outbox_lease")
+
+    async def release_lease(self, holder: str) -> None:
+        await self.db.run(
+            lambda conn: conn.execute("DELETE FROM outbox_lease WHERE name = ? AND holder = ?", (RELAY_LEASE, holder)),
+            name="outbox_lease")

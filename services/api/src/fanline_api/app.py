@@ -21,6 +21,7 @@ from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
 from fanline_shared.kafka import EventPublisher, ensure_topics
+from fanline_shared.logs import RequestIdMiddleware
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
@@ -187,6 +188,8 @@ def create_app(settings: Settings) -> Starlette:
             sweep_interval_s=settings.relay_interval_s,
             stale_after_ms=settings.relay_stale_after_ms,
             ack_when_applied=settings.kafka.ack_when_applied,
+            # One relay per outbox across the replicas (the rest stand by).
+            lease_ttl_s=settings.relay_lease_s,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
         # Live streams (live.py, tap.py): every replica taps the whole events topic.
@@ -257,6 +260,9 @@ def create_app(settings: Settings) -> Starlette:
     # Outermost (added last): past capacity a request is refused before any
     # work, the rate limiter's token lookup included.
     app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
+    # Outermost: the request id (a client's well-formed X-Request-Id, else a
+    # new one) is bound before anything logs and returned on every answer.
+    app.add_middleware(RequestIdMiddleware)
     return app
 
 

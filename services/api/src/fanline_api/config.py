@@ -73,6 +73,7 @@ class Settings:
     cursor_secret: bytes
     relay_interval_s: float
     relay_stale_after_ms: int
+    relay_lease_s: int
     rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
@@ -90,6 +91,7 @@ class Settings:
             cursor_secret=cursor_secret(env),
             relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0, positive=True),
             relay_stale_after_ms=env.integer("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
+            relay_lease_s=env.integer("FANLINE_RELAY_LEASE_S", 10, minimum=2),
             rate_limits=RateLimitSettings.from_env(env),
             ensure_topics=env.boolean("FANLINE_ENSURE_TOPICS", True),
             request_deadline=RequestDeadline(

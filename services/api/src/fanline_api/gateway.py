@@ -8,7 +8,6 @@ HTTP to these methods and errors to status codes.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 from fanline_shared import metrics
@@ -24,11 +23,14 @@ from fanline_shared.domain import (
 )
 from fanline_shared.errors import BadRequest, Forbidden, InvalidInput, NotFound, Unauthorized
 from fanline_shared.kafka import EventPublisher
+from fanline_shared.logs import get_logger
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
 
 from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
 from .ratelimit import LoginGuard
+
+log = get_logger(__name__)
 
 
 def _user_not_found(username: str) -> NotFound:
@@ -76,8 +78,13 @@ class Gateway:
         task.add_done_callback(self._publishing.discard)
 
     async def _publish_now(self, source: str, event: OutboxEvent) -> None:
+        # Runs in a task made inside the request: its request id is bound here too.
         if await self.publisher.publish(event):
             self.relay.published(source, event.id)
+            log.info("event.published", event_id=str(event.id), source=source, path="fast")
+        else:
+            log.info("event.publish_deferred", event_id=str(event.id), source=source,
+                     reason="broker unavailable: the outbox relay publishes it")
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the fast-path sends still in flight."""
@@ -182,6 +189,7 @@ class Gateway:
         text = validate_body(body.get("body"))
         key = validate_idempotency_key(idempotency_key)
         result = await self.tweets.create_tweet(actor, text, key)
+        log.info("tweet.posted", tweet_id=result["tweet"]["id"], author=actor, created=bool(result["created"]))
         self._publish("tweet-store", result["event"])
         if result["created"]:
             metrics.TWEETS_POSTED.inc()
@@ -281,6 +289,3 @@ class Gateway:
 def _visible_ascii(value: str) -> bool:
     return all(0x21 <= ord(c) <= 0x7E for c in value)
 
-
-def new_request_id() -> str:
-    return uuid.uuid4().hex

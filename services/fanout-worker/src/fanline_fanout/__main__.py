@@ -13,10 +13,11 @@ import os
 import faust
 import uvloop
 
+from fanline_shared import logs
+from fanline_shared.config import Env, LogSettings
 from fanline_shared.errors import Unavailable
 from fanline_shared.kafka import ensure_topics
 from fanline_shared.policies import RetryPolicy, retry
-from fanline_shared.server import configure_logging
 
 from .app import SERVICE, create_app
 from .config import Settings
@@ -27,14 +28,17 @@ WAIT_FOR_BROKER = RetryPolicy("wait_for_broker", attempts=None, base_delay_s=0.5
 
 def main() -> None:
     settings = Settings.from_env(os.environ)
-    configure_logging(SERVICE)
+    log_settings = LogSettings.from_env(Env(os.environ))
+    logs.configure_logging(SERVICE, log_settings.format, log_settings.level)
     counts = asyncio.run(retry(WAIT_FOR_BROKER, lambda: ensure_topics(settings.kafka), retry_on=(Unavailable,)))
     log.info("topics ready: %s", counts)
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
     app = create_app(settings)
-    level = os.environ.get("FANLINE_LOG_LEVEL", "INFO").lower()
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    worker = faust.Worker(app, loglevel=level)
+    # faust (mode) sets logging up again when the worker starts: give it the
+    # same structured configuration (a fresh dict: dictConfig consumes it).
+    worker = faust.Worker(app, loglevel=log_settings.level.lower(),
+                          logging_config=logs.logging_config(SERVICE, log_settings.format, log_settings.level))
     worker.execute_from_commandline()
 
 

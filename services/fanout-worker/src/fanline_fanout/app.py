@@ -24,17 +24,24 @@ Delivery guarantees, and the faust pitfalls they work around:
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
 import faust
 from faust.types import TP
+from structlog.contextvars import bound_contextvars
 
 from fanline_shared import events, metrics
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, PeerFailed, Unavailable
+from fanline_shared.logs import (
+    KAFKA_REQUEST_ID_HEADER,
+    current_request_id,
+    get_logger,
+    kafka_headers,
+    request_id_from_kafka,
+)
 from fanline_shared.outbox import AppliedAcks
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
@@ -45,7 +52,7 @@ from .handlers import FanoutHandlers
 
 SERVICE = "fanout-worker"
 T = TypeVar("T")
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 async def process_batch(batch: Sequence[T], key: Callable[[T], Hashable],
@@ -92,11 +99,17 @@ class Processor:
             await self._to_dead_letter(key, value, "invalid_event", str(exc), origin)
             return None
         kind = event.type
+        with bound_contextvars(event_type=kind, event_id=str(event.event_id)):
+            return await self._process(event, key, value, origin)
+
+    async def _process(self, event: events.Event, key: bytes | None, value: bytes,
+                       origin: dict[str, str]) -> events.Event | None:
+        kind = event.type
         started = time.perf_counter()
 
         def count_retry(_attempt: int, exc: BaseException) -> None:
             metrics.EVENT_RETRIES.labels(kind).inc()
-            log.warning("transient failure on %s %s, retrying: %s", kind, event.event_id, exc)
+            log.warning("event.retrying", error=str(exc) or type(exc).__name__)
 
         async def apply_once() -> None:
             try:
@@ -133,10 +146,13 @@ class Processor:
 
     async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str,
                               origin: dict[str, str]) -> None:
-        log.error("dead-lettering event (%s): %s", reason, detail)
+        log.error("event.dead_lettered", reason=reason, detail=detail[:500], **origin)
         metrics.DEAD_LETTERED.labels(reason).inc()
         headers = {"error.reason": reason.encode(), "error.detail": detail[:2000].encode()}
         headers.update({f"origin.{k}": v.encode() for k, v in origin.items()})
+        request_id = current_request_id()
+        if request_id:
+            headers[KAFKA_REQUEST_ID_HEADER] = request_id.encode()
 
         async def send_once() -> None:
             started = time.perf_counter()
@@ -187,7 +203,8 @@ def create_app(settings: Settings) -> faust.App:
         """Durable before the event that handed it on is acknowledged."""
         started = time.perf_counter()
         try:
-            fut = await chunks_topic.send(key=event.key.encode(), value=event.payload)
+            fut = await chunks_topic.send(key=event.key.encode(), value=event.payload,
+                                          headers=kafka_headers(event.request_id))
             await fut
         except Exception as exc:
             metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
@@ -230,7 +247,11 @@ def create_app(settings: Settings) -> faust.App:
     async def handle(event: Any) -> None:
         message = event.message
         origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
-        settled = await processor.process(event.key, event.value, origin)
+        # The request that caused the event (its Kafka header): on every log
+        # line of this event and every call it makes (tweet-store, social-graph).
+        request_id = request_id_from_kafka(message.headers)
+        with bound_contextvars(**({"request_id": request_id} if request_id else {})):
+            settled = await processor.process(event.key, event.value, origin)
         if acks is not None and settled is not None and not isinstance(settled, events.FanoutChunk):
             acks.applied(settled)
         progress["last_event"] = time.monotonic()

@@ -22,7 +22,6 @@ a newer one) cannot resurrect what was undone:
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -33,9 +32,11 @@ from fanline_shared import events, metrics
 from fanline_shared.domain import OutboxEvent, canonical, utcnow
 from fanline_shared.errors import NotFound
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
+from fanline_shared.logs import get_logger
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
-log = logging.getLogger(__name__)
+# One line per step of an event (bound to its request id by app.py), never per row.
+log = get_logger(__name__)
 
 # A large account is re-registered with tweet-store at most this often per
 # worker process (tweet-store keeps a registration for the home retention
@@ -62,16 +63,24 @@ class FanoutHandlers:
         self._publish_chunk = publish_chunk
         self._registered: dict[str, float] = {}  # author -> monotonic time of the last registration
 
-    async def _followers_count(self, author: str) -> int:
+    async def _follower_count(self, author: str) -> int | None:
         """The author's follower count, when something depends on it (the
-        large-account threshold, or slicing); 0 otherwise or if unknown."""
+        large-account threshold, or slicing); None: not asked, or no such user."""
         if self._large_threshold is None and self._chunk is None:
-            return 0
+            return None
         try:
             profile = await self._social.get_user(author)
         except NotFound:
-            return 0
+            return None
         return int(profile.get("followers_count", 0))
+
+    def _large(self, followers: int | None) -> bool:
+        return self._large_threshold is not None and followers is not None and followers >= self._large_threshold
+
+    async def _is_large(self, author: str) -> bool:
+        if self._large_threshold is None:
+            return False
+        return self._large(await self._follower_count(author))
 
     async def _register_large(self, author: str) -> None:
         now = time.monotonic()
@@ -104,7 +113,8 @@ class FanoutHandlers:
         # and get their timeline regenerated when they come back.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
         try:
-            stored, count = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._followers_count(data.author))
+            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id),
+                                                     self._follower_count(data.author))
             # The stored tweet is the truth: an event naming another author
             # (forged, or corrupted) would put the tweet in the wrong
             # followers' timelines. Dropped, logged and counted.
@@ -117,10 +127,13 @@ class FanoutHandlers:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
             if isinstance(exc, NotFound):
-                return  # deleted before we got to it, or forged: nothing to deliver
+                # Deleted before we got to it, or forged: nothing to deliver.
+                log.info("fanout.skipped", tweet_id=tweet_id, author=data.author, reason="tweet_gone")
+                return
             raise
-        large = self._large_threshold is not None and count >= self._large_threshold
-        sliced = self._chunk is not None and self._publish_chunk is not None and count > self._chunk
+        large = self._large(followers)
+        sliced = (self._chunk is not None and self._publish_chunk is not None and followers is not None
+                  and followers > self._chunk)
         if large or sliced:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
@@ -132,6 +145,8 @@ class FanoutHandlers:
             metrics.TIMELINE_ROWS_WRITTEN.inc()
             metrics.FANOUT_SKIPPED_LARGE.inc()
             _observe_delivery(data.created_at)
+            log.info("fanout.skipped", tweet_id=tweet_id, author=data.author, reason="large_account",
+                     followers=followers, threshold=self._large_threshold)
             return
         if sliced:
             # More followers than one slice: the author's row here, every
@@ -141,13 +156,20 @@ class FanoutHandlers:
             await self._tweets.home_add(tweet_id, data.author, [data.author])
             metrics.TIMELINE_ROWS_WRITTEN.inc()
             await self._hand_on(data.tweet_id, data.author, data.created_at, "")
+            log.info("fanout.sliced", tweet_id=tweet_id, author=data.author, followers=followers, chunk=self._chunk)
             return
 
         # Within one slice (as far as the count said): written here; should
         # the followers have grown past it meanwhile, the rest is sliced.
-        rest = await self._for_each_follower_page(data.author, self._writer(tweet_id, data.author),
+        rows = [0]
+        rest = await self._for_each_follower_page(data.author, self._writer(tweet_id, data.author, rows),
                                                   first_page=first, with_author=True,
                                                   direction="followers-active", max_followers=self._chunk)
+        # Inactive followers are not in the active index: followers minus
+        # rows written (the author's own row aside) were skipped for that.
+        inactive = max(0, followers - (rows[0] - 1)) if followers is not None and rest is None else None
+        log.info("fanout.written", tweet_id=tweet_id, author=data.author, rows=rows[0], followers=followers,
+                 inactive_skipped=inactive, continues_after=rest)
         if rest is not None:
             await self._hand_on(data.tweet_id, data.author, data.created_at, rest)
             return
@@ -170,6 +192,7 @@ class FanoutHandlers:
         try:
             stored = await self._tweets.check_tweet(tweet_id)
         except NotFound:
+            log.info("fanout.skipped", tweet_id=tweet_id, author=d.author, reason="tweet_gone", after=d.after)
             return  # deleted meanwhile: nothing more to deliver
         if canonical(str(stored.get("username", ""))) != canonical(d.author):
             log.warning("dropping %s %s: author %r, stored author %r", event.type, event.event_id, d.author,
@@ -188,24 +211,33 @@ class FanoutHandlers:
             if gone:
                 await self._tweets.home_remove(tweet_id, gone)
                 metrics.TIMELINE_ROWS_REMOVED.inc(len(gone))
+        log.info("fanout.slice_written", tweet_id=tweet_id, author=d.author, after=d.after, rows=len(names),
+                 unfollowed_meanwhile=len(gone) if names else 0, continues_after=rest)
         if rest is None:
             _observe_delivery(d.created_at)
 
-    def _writer(self, tweet_id: str, author: str, *, bulk: bool = False) -> Callable[[list[str]], Awaitable[None]]:
+    def _writer(self, tweet_id: str, author: str, rows: list[int] | None = None, *, bulk: bool = False
+                ) -> Callable[[list[str]], Awaitable[None]]:
+        """Writes a page of home rows (``bulk``: a large fan-out's slice, at
+        the lowest priority); ``rows[0]`` counts them (for the log)."""
         async def write(page: list[str]) -> None:
             if bulk:
                 await self._tweets.home_add(tweet_id, author, page, bulk=True)
             else:
                 await self._tweets.home_add(tweet_id, author, page)
             metrics.TIMELINE_ROWS_WRITTEN.inc(len(page))
+            if rows is not None:
+                rows[0] += len(page)
 
         return write
 
     async def _hand_on(self, tweet_id: uuid.UUID, author: str, created_at: datetime, after: str) -> None:
         if self._publish_chunk is None:
             raise RuntimeError("a chunked fan-out needs a chunks topic")
+        # The slice carries this event's request id (bound here) in its header.
         await self._publish_chunk(events.fanout_chunk(tweet_id, author, created_at, after))
         metrics.FANOUT_CHUNKS.inc()
+        log.info("fanout.slice_published", tweet_id=str(tweet_id), author=author, after=after)
 
     async def _names(self, author: str, after: str, limit: int, *, until: str | None = None
                      ) -> tuple[list[str], str | None]:
@@ -232,26 +264,36 @@ class FanoutHandlers:
         data = event.data
         tweet_id = str(data.tweet_id)
         await self._tweets.home_remove(tweet_id, [data.author])
-        if self._large_threshold is not None and await self._followers_count(data.author) >= self._large_threshold:
+        if await self._is_large(data.author):
+            log.info("fanout.removed", tweet_id=tweet_id, author=data.author, rows=1, reason="large_account")
             return
+        rows = [1]
 
         async def remove(page: list[str]) -> None:
             await self._tweets.home_remove(tweet_id, page)
             metrics.TIMELINE_ROWS_REMOVED.inc(len(page))
+            rows[0] += len(page)
 
         await self._for_each_follower_page(data.author, remove)
+        log.info("fanout.removed", tweet_id=tweet_id, author=data.author, rows=rows[0])
 
     async def followed(self, event: Followed) -> None:
         d = event.data
-        if await self._social.reconcile_follow(d.follower, d.followee):  # also repairs a crashed follow
+        merged = 0
+        following = await self._social.reconcile_follow(d.follower, d.followee)  # also repairs a crashed follow
+        if following:
             merged = await self._tweets.home_merge(d.follower, d.followee)
             metrics.TIMELINE_ROWS_WRITTEN.inc(merged)
+        log.info("follow.applied", follower=d.follower, followee=d.followee, following=following, merged=merged)
 
     async def unfollowed(self, event: Unfollowed) -> None:
         d = event.data
-        if not await self._social.reconcile_follow(d.follower, d.followee):
+        removed = 0
+        following = await self._social.reconcile_follow(d.follower, d.followee)
+        if not following:
             removed = await self._tweets.home_purge(d.follower, d.followee)
             metrics.TIMELINE_ROWS_REMOVED.inc(removed)
+        log.info("unfollow.applied", follower=d.follower, followee=d.followee, following=following, removed=removed)
 
     async def _for_each_follower_page(self, author: str, action: Callable[[list[str]], Awaitable[None]], *,
                                       first_page: Awaitable[dict[str, Any]] | None = None,

@@ -20,6 +20,7 @@ from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
 from fanline_shared.internal_auth import InternalAuthMiddleware
+from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
@@ -31,6 +32,7 @@ from .hashing import Argon2Budget, slots_for
 from .service import SocialGraph, edge_json
 
 SERVICE = "social-graph"
+log = get_logger(__name__)
 INTERNAL_PAGE_MAX = 10_000  # the fan-out worker pages followers in big pages
 
 
@@ -117,11 +119,15 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
     async def follow(request: Request) -> Response:
         p = request.path_params
         created, event = await graph(request).follow(p["username"], p["target"])
+        log.info("follow.stored", follower=p["username"], followee=p["target"], changed=created,
+                 event_id=str(event.id))
         return json_response({"changed": created, "event": event_to_json(event)})
 
     async def unfollow(request: Request) -> Response:
         p = request.path_params
         removed, event = await graph(request).unfollow(p["username"], p["target"])
+        log.info("unfollow.stored", follower=p["username"], followee=p["target"], changed=removed,
+                 event_id=str(event.id))
         return json_response({"changed": removed, "event": event_to_json(event)})
 
     async def is_following(request: Request) -> Response:
@@ -139,6 +145,10 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             if after is not None and len(after) > 15:
                 raise BadRequest("invalid cursor", code="invalid_cursor")
             items, nxt = await graph(request).edges(request.path_params["username"], direction, limit, after)
+            if direction == "followers-active":
+                # A fan-out's page of recipients (inactive followers are not in it).
+                log.info("followers.page", author=request.path_params["username"], followers=len(items),
+                         more=nxt is not None)
             return json_response({"items": [edge_json(e) for e in items], "next": nxt})
 
         return handler
@@ -166,4 +176,5 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
     app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     return app

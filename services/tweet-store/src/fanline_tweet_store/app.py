@@ -21,6 +21,7 @@ from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.internal_auth import InternalAuthMiddleware
+from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, event_to_json
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
@@ -37,6 +38,7 @@ from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
 
 SERVICE = "tweet-store"
+log = get_logger(__name__)
 MAX_OWNERS_PER_CALL = 10_000
 
 
@@ -149,6 +151,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         if not isinstance(username, str):
             raise InvalidInput("username required", code="invalid_username")
         tweet, created, event = await store(request).post(username, body.get("body"), key)
+        log.info("tweet.stored", tweet_id=str(tweet.id), author=tweet.username, created=created,
+                 event_id=str(event.id))
         return json_response(
             {"tweet": tweet_json(tweet), "created": created, "event": event_to_json(event)},
             201 if created else 200,
@@ -161,6 +165,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def delete_tweet(request: Request) -> Response:
         actor = request.query_params.get("actor", "")
         event = await store(request).delete(_tweet_id(request.path_params["tweet_id"]), actor)
+        log.info("tweet.deleted", tweet_id=request.path_params["tweet_id"], event_id=str(event.id))
         return json_response({"event": event_to_json(event)})
 
     def timeline(kind: str):  # type: ignore[no-untyped-def]
@@ -184,15 +189,18 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             raise InvalidInput("author must be a username", code="invalid_author")
         tweet_id, owners = _tweet_id(str(body.get("tweet_id"))), _owners(body)
         # A slice of a large fan-out yields to every other fan-out write.
-        bulk: contextlib.AbstractContextManager[None] = (
-            bulk_writes() if request.headers.get(PRIORITY_HEADER) == BULK else contextlib.nullcontext())
-        with bulk:
+        is_bulk = request.headers.get(PRIORITY_HEADER) == BULK
+        with bulk_writes() if is_bulk else contextlib.nullcontext():
             await store(request).home_add(tweet_id, author, owners)
+        # One line per request (a page of up to FANLINE_FANOUT_PAGE_SIZE rows), never per row.
+        log.info("home.rows_written", tweet_id=str(tweet_id), author=author, rows=len(owners), bulk=is_bulk)
         return Response(status_code=204)
 
     async def home_remove(request: Request) -> Response:
         body = await read_json_object(request, max_bytes=1024 * 1024)
-        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), _owners(body))
+        owners = _owners(body)
+        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), owners)
+        log.info("home.rows_removed", tweet_id=str(body.get("tweet_id")), rows=len(owners))
         return Response(status_code=204)
 
     async def regeneration(request: Request) -> Response:
@@ -247,5 +255,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
     app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

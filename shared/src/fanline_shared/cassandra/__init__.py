@@ -45,7 +45,10 @@ from .keyspace import Keyspace, Repository, drop_keyspace, ping
 from .migrations import migrate
 from .outbox import (
     OUTBOX_CLOSE_AFTER,
+    OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATIONS,
+    OUTBOX_REQUEST_ID_MIGRATION,
     OUTBOX_SHARDS,
     CassandraOutbox,
     outbox_partition,
@@ -56,7 +59,10 @@ __all__ = [
     "FETCH_SIZE",
     "MAX_TTL",
     "OUTBOX_CLOSE_AFTER",
+    "OUTBOX_KEEP_MIGRATION",
+    "OUTBOX_LEASE_MIGRATION",
     "OUTBOX_MIGRATIONS",
+    "OUTBOX_REQUEST_ID_MIGRATION",
     "OUTBOX_SHARDS",
     "READ_CL",
     "SERIAL_CL",

@@ -20,7 +20,7 @@ from cassandra.query import PreparedStatement
 
 from ..domain import OutboxEvent, min_timeuuid, timeuuid_sort_key, timeuuid_time
 from ..errors import Unavailable
-from .bridge import execute, execute_concurrent
+from .bridge import execute, execute_concurrent, execute_lwt
 from .connection import prepare
 from .timeutil import unix_minute
 
@@ -38,8 +38,9 @@ OUTBOX_MIGRATIONS = (
     # grows without bound and the tombstones left by acks stay in closed
     # minutes that the relay stops reading. A resurrected outbox row (a
     # tombstone purged before it reached every replica) only re-publishes an
-    # idempotent event, so a short gc_grace_seconds is safe; unpublished events
-    # expire after 7 days.
+    # idempotent event, so a short gc_grace_seconds is safe. (The 7-day
+    # default TTL this table was created with is removed by
+    # OUTBOX_KEEP_MIGRATION: an unpublished event must never expire.)
     """
     CREATE TABLE IF NOT EXISTS {keyspace}.outbox (
         shard int,
@@ -66,6 +67,33 @@ OUTBOX_MIGRATIONS = (
     """,
 )
 
+# Appended to each owner's migration list (after its existing ones: the
+# lists are positional). The request that caused an event (``logs.py``), so
+# the relay publishes it as a Kafka header too.
+OUTBOX_REQUEST_ID_MIGRATION = """
+ALTER TABLE {keyspace}.outbox ADD IF NOT EXISTS request_id text;
+"""
+
+
+# An unpublished event is an acknowledged write: it must outlive any broker
+# outage, so rows no longer expire (they expired after 7 days, silently
+# dropping the events of a longer outage). Published rows are deleted by the
+# ack; rows written before this migration keep the TTL they were written with.
+OUTBOX_KEEP_MIGRATION = """
+ALTER TABLE {keyspace}.outbox WITH default_time_to_live = 0;
+"""
+
+
+# The relay's lease (``ports.RelayLease``): one row whose TTL is the lease;
+# taken with an LWT when absent (or expired), renewed with an LWT by its holder.
+OUTBOX_LEASE_MIGRATION = """
+CREATE TABLE IF NOT EXISTS {keyspace}.outbox_lease (
+    name text PRIMARY KEY,
+    holder text
+) WITH gc_grace_seconds = 3600;
+"""
+RELAY_LEASE = "relay"
+
 
 def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:
     """``(shard, minute)`` of an event: shard from the id's random node bits."""
@@ -90,7 +118,7 @@ class CassandraOutbox:
         ks = self.keyspace
         self.session = session
         self._insert = prepare(
-            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload) VALUES (?, ?, ?, ?, ?)",
+            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload, request_id) VALUES (?, ?, ?, ?, ?, ?)",
             write=True)
         self._insert_minute = prepare(
             session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
@@ -98,17 +126,25 @@ class CassandraOutbox:
             session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
         self._read = prepare(
             session,
-            f"SELECT event_id, key, payload FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
+            f"SELECT event_id, key, payload, request_id FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
             "LIMIT ?")
         self._delete = prepare(
             session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
         self._delete_minute = prepare(
             session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
+        self._lease_take = prepare(
+            session, f"INSERT INTO {ks}.outbox_lease (name, holder) VALUES (?, ?) IF NOT EXISTS USING TTL ?",
+            write=True, idempotent=False)
+        self._lease_renew = prepare(
+            session, f"UPDATE {ks}.outbox_lease USING TTL ? SET holder = ? WHERE name = ? IF holder = ?",
+            write=True, idempotent=False)
+        self._lease_release = prepare(
+            session, f"DELETE FROM {ks}.outbox_lease WHERE name = ? IF holder = ?", write=True, idempotent=False)
 
     def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
         """The write of the event's row (callers put it in their own batch)."""
         shard, minute = outbox_partition(event.id)
-        return self._insert, (shard, minute, event.id, event.key, event.payload)
+        return self._insert, (shard, minute, event.id, event.key, event.payload, event.request_id)
 
     async def ensure_index(self, event: OutboxEvent) -> None:
         """Record the event's minute in ``outbox_minutes``: before (or with) the
@@ -171,7 +207,8 @@ class CassandraOutbox:
         for row in minutes:
             rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)),
                                  name="outbox_pending")
-            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload)) for r in rows)
+            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload), request_id=r.request_id)
+                          for r in rows)
             if not rows and row.minute < closed_before:
                 # Closed and drained: stop reading it on every sweep.
                 await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")
@@ -185,3 +222,20 @@ class CassandraOutbox:
             return
         params = [(*outbox_partition(event_id), event_id) for event_id in dict.fromkeys(event_ids)]
         await execute_concurrent(self._session(), self._delete, params, name="outbox_ack", concurrency=32)
+
+    async def acquire_lease(self, holder: str, ttl_s: int) -> bool:
+        """An LWT insert takes a free (or expired: the row's TTL ran out)
+        lease; the holder renews its own with an LWT update. Serial
+        consistency makes concurrent takers agree on one holder."""
+        session = self._session()
+        taken, row = await execute_lwt(session, self._lease_take, (RELAY_LEASE, holder, ttl_s), name="outbox_lease")
+        if taken:
+            return True
+        if row is None or getattr(row, "holder", None) != holder:
+            return False
+        renewed, _ = await execute_lwt(session, self._lease_renew, (ttl_s, holder, RELAY_LEASE, holder),
+                                       name="outbox_lease")
+        return renewed
+
+    async def release_lease(self, holder: str) -> None:
+        await execute_lwt(self._session(), self._lease_release, (RELAY_LEASE, holder), name="outbox_lease")

@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError
 
 from fanline_shared.config import KafkaSettings
 from fanline_shared.errors import Unavailable
+from fanline_shared.logs import KAFKA_REQUEST_ID_HEADER
 
 REPLAYED_FROM = "fanline.replayed-from"
 
@@ -139,9 +140,12 @@ async def replay(settings: KafkaSettings, letters: list[DeadLetter], timeout_s: 
     try:
         for letter in letters:
             origin = f"{settings.dlq_topic}:{letter.partition}:{letter.offset}".encode()
+            headers = [(REPLAYED_FROM, origin)]
+            request_id = letter.headers.get(KAFKA_REQUEST_ID_HEADER)
+            if request_id:  # the replayed event stays findable by its request id
+                headers.append((KAFKA_REQUEST_ID_HEADER, request_id.encode()))
             await asyncio.wait_for(
-                producer.send_and_wait(settings.events_topic, letter.value, key=letter.key,
-                                       headers=[(REPLAYED_FROM, origin)]),
+                producer.send_and_wait(settings.events_topic, letter.value, key=letter.key, headers=headers),
                 timeout_s,
             )
         return len(letters)

@@ -37,7 +37,10 @@ from cassandra.cluster import Session
 from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
+    OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATIONS,
+    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -119,7 +122,15 @@ CREATE TABLE IF NOT EXISTS {keyspace}.followers_active (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, ACTIVITY_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    *OUTBOX_MIGRATIONS,
+    ACTIVITY_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
+)
 
 
 def prefix_partition(username_lc: str) -> str:

@@ -19,8 +19,10 @@ from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
 from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
     OUTBOX_PUBLISHED_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -85,7 +87,15 @@ CREATE TABLE IF NOT EXISTS followers_active (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, ACTIVITY_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
+    ACTIVITY_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
+)
 
 
 class SqliteEngine:

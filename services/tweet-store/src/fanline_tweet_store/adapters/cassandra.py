@@ -52,7 +52,10 @@ from cassandra.query import PreparedStatement
 from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
+    OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATIONS,
+    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -146,7 +149,16 @@ CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, *OUTBOX_MIGRATIONS, DELETED_MIGRATION, HYBRID_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    *OUTBOX_MIGRATIONS,
+    DELETED_MIGRATION,
+    HYBRID_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_KEEP_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
+)
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:

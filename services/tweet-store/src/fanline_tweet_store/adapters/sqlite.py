@@ -22,8 +22,10 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
 from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
+    OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
     OUTBOX_PUBLISHED_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -98,7 +100,16 @@ CREATE TABLE IF NOT EXISTS large_accounts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (SCHEMA, OUTBOX_MIGRATION, OUTBOX_PUBLISHED_MIGRATION, DELETED_MIGRATION, HYBRID_MIGRATION)
+MIGRATIONS: tuple[str, ...] = (
+    # Positional (version = index + 1): append only, never reorder.
+    SCHEMA,
+    OUTBOX_MIGRATION,
+    OUTBOX_PUBLISHED_MIGRATION,
+    DELETED_MIGRATION,
+    HYBRID_MIGRATION,
+    OUTBOX_REQUEST_ID_MIGRATION,
+    OUTBOX_LEASE_MIGRATION,
+)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
