@@ -21,12 +21,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import (
-    IllegalStateError,
     KafkaError,
     KafkaTimeoutError,
-    OutOfOrderSequenceNumber,
-    ProducerClosed,
-    ProducerFenced,
     TopicAlreadyExistsError,
 )
 
@@ -42,8 +38,6 @@ log = logging.getLogger(__name__)
 CLUSTER_GAUGES_EVERY_S = 5.0
 # Ids of events delivered lately that a repeated hand-over is answered from (see EventPublisher._pending).
 DELIVERED_IDS_KEPT = 20_000
-# After these a producer cannot send any more and is replaced (EventPublisher._unusable).
-FATAL_PRODUCER_ERRORS = (ProducerFenced, ProducerClosed, OutOfOrderSequenceNumber, IllegalStateError)
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
@@ -249,22 +243,19 @@ class EventPublisher:
         self._failing_since = None
         self._observe_cluster(producer)
 
-    def _unusable(self, exc: BaseException) -> bool:
-        """True if the producer must be replaced after ``exc``: it cannot send
-        any more (fenced, closed, its sender task died -- aiokafka then raises
-        a bare ``KafkaError``), or nothing has succeeded for ``replace_after_s``.
-        A timeout or a retriable error keeps it: it still holds the event and
-        delivers it once a leader answers, in order with the others."""
-        if isinstance(exc, FATAL_PRODUCER_ERRORS) or type(exc) is KafkaError:
-            return True
-        return self._failing_since is not None and time.monotonic() - self._failing_since > self._bounds.replace_after_s
-
     async def _after_failure(self, exc: BaseException) -> None:
+        """A send failed or was not acknowledged in time: the caller reports
+        the event as not published (it stays in the outbox for the relay), so
+        the producer must not deliver it later -- with two gateways, the one
+        holding a post's first send and the relay's leader would each put a
+        copy on the topic (tests/e2e/test_relay_leader.py). So the producer is
+        discarded, what it holds failed, never flushed; the circuit breaker
+        (``circuit_open_s``) keeps that to one producer per window. A refusal
+        here (``Unavailable``: the circuit, the cap) touches nothing."""
         self._failed(exc)
-        if self._producer is not None and self._unusable(exc):
-            log.warning("replacing the Kafka producer after %s", self._cause)
-            self._failing_since = time.monotonic()  # the next one gets replace_after_s too
-            await self._reset()
+        if self._producer is not None and not isinstance(exc, Unavailable):
+            log.warning("discarding the Kafka producer after %s", self._cause)
+            await self._reset(flush=False)
 
     async def publish(self, event: OutboxEvent) -> bool:
         """Send one event and wait (``FANLINE_KAFKA_TIMEOUT_S``) for the
@@ -357,19 +348,22 @@ class EventPublisher:
         except (TimeoutError, KafkaError, OSError) as exc:
             raise Unavailable(f"kafka unavailable: {repr(exc)[: self._bounds.max_error_chars]}") from None
 
-    async def _reset(self) -> None:
+    async def _reset(self, *, flush: bool = True) -> None:
         async with self._lock:
             producer, self._producer = self._producer, None
         if producer is not None:
-            await self._stop(producer)
+            await self._stop(producer, flush=flush)
 
-    async def _stop(self, producer: AIOKafkaProducer) -> None:
+    async def _stop(self, producer: AIOKafkaProducer, *, flush: bool = True) -> None:
         """Stop a producer within about ``2 * close_s``. ``stop()`` first waits
         for everything queued to be delivered, which an idempotent producer
         retries until a leader answers -- forever while none does; so what is
-        still queued after ``close_s`` is failed first (each event is in the
-        outbox, which the relay publishes)."""
+        still queued after ``close_s`` (at once without ``flush``: a discarded
+        producer) is failed first (each event is in the outbox, which the
+        relay publishes)."""
         try:
+            if not flush:
+                raise TimeoutError("discarded")
             await asyncio.wait_for(producer.flush(), self._bounds.close_s)
         except (TimeoutError, KafkaError, OSError):
             # aiokafka has no public "close now"; its accumulator's fail_all is what
