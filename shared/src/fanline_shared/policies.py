@@ -60,6 +60,12 @@ RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, ma
 # default waits up to 600 s between attempts, so a service could answer 503
 # for minutes after a stalled or restarted node is back (seen in the fault
 # suite: 25 s); capped at 5 s, recovery follows the node within seconds.
+# One schema statement at start-up (every migration is idempotent: IF NOT
+# EXISTS). On a cluster that has just started, under load, a DDL statement can
+# time out while the nodes flush and agree on the schema (seen in CI on the
+# three-node cluster: "Connection defunct by heartbeat", and the service
+# exited); it is tried again rather than failing the start.
+MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=6, base_delay_s=1.0, max_delay_s=8.0)
 CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 

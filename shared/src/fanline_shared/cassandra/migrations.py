@@ -11,9 +11,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from cassandra.cluster import Session
 
+from .. import policies
 from ..errors import Unavailable
 from .bridge import execute
 
@@ -57,34 +59,34 @@ async def migrate(session: Session, keyspace: str, replication_factor: int, migr
     """
     _check_identifier(keyspace)
     replication = ", ".join(f"'{dc}': {replication_factor}" for dc in _datacenters(session, local_dc))
-    await execute(
-        session,
-        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-        f"{{'class': 'NetworkTopologyStrategy', {replication}}}",
-        name="migrate",
-    )
-    await execute(
-        session,
-        f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp)",
-        name="migrate",
-    )
-    rows = await execute(session, f"SELECT version FROM {keyspace}.schema_migrations", name="migrate")
+    await _with_retry(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                               f"{{'class': 'NetworkTopologyStrategy', {replication}}}")
+    await _with_retry(session, f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations "
+                               "(version int PRIMARY KEY, applied_at timestamp)")
+    rows = await _with_retry(session, f"SELECT version FROM {keyspace}.schema_migrations")
     applied = {row.version for row in rows}
     for version, cql in enumerate(migrations, start=1):
         if version in applied:
             continue
         for statement in _split(cql.replace("{keyspace}", keyspace)):
-            await execute(session, statement, name="migrate")
-        await execute(
-            session,
-            f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
-            (version, datetime.now(UTC)),
-            name="migrate",
-        )
+            await _with_retry(session, statement)
+        await _with_retry(session, f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
+                          (version, datetime.now(UTC)))
         log.info("cassandra: applied migration %d to %s", version, keyspace)
     agreed = await asyncio.to_thread(session.cluster.control_connection.wait_for_schema_agreement)
     if agreed is False:
         raise Unavailable(f"cassandra: no schema agreement after migrating {keyspace}")
+
+
+async def _with_retry(session: Session, statement: str, params: Any = None) -> Any:
+    """One migration statement under ``policies.MIGRATE_STATEMENT`` (safe to
+    repeat: every migration is idempotent)."""
+
+    def warn(attempt: int, exc: BaseException) -> None:
+        log.warning("cassandra: migration statement failed (attempt %d), retrying: %s", attempt, exc)
+
+    return await policies.retry(policies.MIGRATE_STATEMENT,
+                                lambda: execute(session, statement, params, name="migrate"), on_retry=warn)
 
 
 def _check_identifier(name: str) -> None:

@@ -1,0 +1,56 @@
+"""A schema statement that times out at start-up is tried again
+(policies.MIGRATE_STATEMENT), not fatal: seen on the freshly started
+three-node cluster in CI, where every service then exited."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fanline_shared import policies
+from fanline_shared.cassandra import migrations
+from fanline_shared.errors import Unavailable
+
+
+def fake_session() -> Any:
+    metadata = SimpleNamespace(all_hosts=lambda: [SimpleNamespace(datacenter="dc1")])
+    control = SimpleNamespace(wait_for_schema_agreement=lambda: True)
+    return SimpleNamespace(cluster=SimpleNamespace(metadata=metadata, control_connection=control))
+
+
+async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001,
+                                                               max_delay_s=0.002))
+    ran: list[str] = []
+    failures = {"CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)": 2}
+
+    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+        if failures.get(statement):
+            failures[statement] -= 1
+            raise Unavailable("cassandra: migrate failed: OperationTimedOut")
+        ran.append(statement)
+        return []
+
+    monkeypatch.setattr(migrations, "execute", execute)
+    await migrations.migrate(fake_session(), "ks", 3, ["CREATE TABLE IF NOT EXISTS {keyspace}.t (k int PRIMARY KEY)"])
+    assert "CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)" in ran
+    assert any(s.startswith("INSERT INTO ks.schema_migrations") for s in ran)
+
+
+async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, attempts=3,
+                                                               base_delay_s=0.001, max_delay_s=0.002))
+    calls = 0
+
+    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+        nonlocal calls
+        calls += 1
+        raise Unavailable("cassandra: migrate failed: OperationTimedOut")
+
+    monkeypatch.setattr(migrations, "execute", execute)
+    with pytest.raises(Unavailable):
+        await migrations.migrate(fake_session(), "ks", 3, [])
+    assert calls == 3
