@@ -171,6 +171,16 @@ class System:
             time.sleep(0.2)
         return self.replica_url(index)
 
+    def start_worker_replica(self, index: int) -> str:
+        """Another fan-out worker (``fanout-worker-<index+1>``) in the same
+        consumer group, with its own metrics port (worker port + 100 * index)
+        and faust state directory; stopped with the rest. Returns its name."""
+        name = f"fanout-worker-{index + 1}"
+        self._spawn(name, [self.python, "-m", MODULES["fanout-worker"]],
+                    {"FANLINE_WORKER_PORT": str(self.ports["fanout-worker"] + 100 * index),
+                     "FANLINE_DATA_DIR": str(self.data_dir / f"worker-{index + 1}")})
+        return name
+
     def stop_service(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -89,11 +88,7 @@ def test_a_rebalance_mid_fan_out_with_an_unfollow_leaves_no_stale_row(rebalance_
     # Some rows are written: the fan-out is under way. Then a second worker joins.
     eventually(lambda: asyncio.run(home_counts(system, followers[:1], tweet))[followers[0]] == 1, timeout=60,
                interval=0.05, what="the fan-out started")
-    env = {**system.env(), "FANLINE_WORKER_PORT": str(system.ports["fanout-worker"] + 100),
-           "FANLINE_DATA_DIR": str(system.data_dir / "worker-2")}  # faust's own small state directory
-    log = open(system.log_dir / "fanout-worker-2.log", "ab") if system.log_dir else subprocess.DEVNULL
-    second = subprocess.Popen([sys.executable, "-m", "fanline_fanout"], env=env, cwd=REPO, stdout=log,
-                              stderr=subprocess.STDOUT)
+    second = system.start_worker_replica(1)
     try:
         api.unfollow(leaver_token, leaver, author)
         eventually(lambda: asyncio.run(home_counts(system, followers[-1:], tweet))[followers[-1]] == 1,
@@ -105,11 +100,5 @@ def test_a_rebalance_mid_fan_out_with_an_unfollow_leaves_no_stale_row(rebalance_
         assert not wrong, f"{len(wrong)} followers wrong: {dict(list(wrong.items())[:10])}"
         assert tweet not in api.home_ids(leaver_token)
     finally:
-        second.terminate()
-        try:
-            second.wait(20)
-        except subprocess.TimeoutExpired:
-            second.kill()
-        if log is not subprocess.DEVNULL:
-            log.close()
+        system.stop_service(second)
         api.close()

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +38,7 @@ from aiokafka.partitioner import murmur2
 from system import System
 
 from .client import Api, eventually
-from .conftest import REPO, make_system
+from .conftest import make_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_infra]
 
@@ -152,11 +150,7 @@ def test_a_partition_split_mid_stream_leaves_every_home_timeline_exact(split_sys
 
     # Two workers drain the old and the new partitions side by side.
     system.start_service("fanout-worker")
-    worker_env = {**env, "FANLINE_WORKER_PORT": str(system.ports["fanout-worker"] + 100),
-                  "FANLINE_DATA_DIR": str(system.data_dir / "worker-2")}
-    log = open(system.log_dir / "fanout-worker-2.log", "ab") if system.log_dir else subprocess.DEVNULL
-    second = subprocess.Popen([sys.executable, "-m", "fanline_fanout"], env=worker_env, cwd=REPO, stdout=log,
-                              stderr=subprocess.STDOUT)
+    second = system.start_worker_replica(1)
     try:
         def expected(reader: str) -> set[str]:
             return {t for t, author in live.items() if (reader, author) in follows}
@@ -172,11 +166,5 @@ def test_a_partition_split_mid_stream_leaves_every_home_timeline_exact(split_sys
             assert len(ids) == len(set(ids)), f"{reader}: duplicates"
             assert set(ids) == expected(reader), f"{reader}: {set(ids) ^ expected(reader)}"
     finally:
-        second.terminate()
-        try:
-            second.wait(20)
-        except subprocess.TimeoutExpired:
-            second.kill()
-        if log is not subprocess.DEVNULL:
-            log.close()
+        system.stop_service(second)
         api.close()
