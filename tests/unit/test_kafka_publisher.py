@@ -108,7 +108,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeProducer]:
     return FakeProducer
 
 
-BOUNDS = replace(EVENT_PRODUCER, circuit_open_s=0.0, max_unacked=5, replace_after_s=3600.0, close_s=0.05)
+BOUNDS = replace(EVENT_PRODUCER, circuit_open_s=0.0, max_unacked=5, close_s=0.05)
 
 
 async def test_a_timed_out_send_discards_its_producer_without_delivering_it(fake: type[FakeProducer]) -> None:

@@ -132,7 +132,6 @@ class EventPublisher:
         # After a failure, sends are refused until then (the circuit is open).
         self._retry_at = 0.0
         # Since when sends have failed without a success in between (None: the last one worked).
-        self._failing_since: float | None = None
         self._unacked = 0
         self._gauges_at = 0.0
         # Outbox events the producer holds, by id, and the ids it delivered
@@ -224,10 +223,7 @@ class EventPublisher:
     def _remember(self, exc: BaseException) -> None:
         """Keep the broker's error (bounded) and open the circuit."""
         self._cause = repr(exc)[: self._bounds.max_error_chars]
-        now = time.monotonic()
-        self._retry_at = now + self._bounds.circuit_open_s
-        if self._failing_since is None:
-            self._failing_since = now
+        self._retry_at = time.monotonic() + self._bounds.circuit_open_s
 
     def _failed(self, exc: BaseException) -> None:
         """Count a failed send; remember it unless it was refused here (an
@@ -240,7 +236,6 @@ class EventPublisher:
 
     def _succeeded(self, producer: AIOKafkaProducer, started: float) -> None:
         metrics.KAFKA_PRODUCE_LATENCY.observe(time.perf_counter() - started)
-        self._failing_since = None
         self._observe_cluster(producer)
 
     async def _after_failure(self, exc: BaseException) -> None:

@@ -225,10 +225,6 @@ class ProducerBounds:
       or failed; past it sends are refused. An idempotent aiokafka producer
       never expires a batch (it retries until a leader takes it), so this is
       the only bound on its queue while a partition has no reachable leader.
-    * ``replace_after_s``: a producer is kept across timeouts and retriable
-      errors (it is still delivering, in order, what it holds); it is replaced
-      only when it is unusable (fenced, closed, its sender died) or has failed
-      without a single success for this long.
     * ``close_s``: how long a replaced (or shutting-down) producer may flush
       before what it still holds is failed and it is stopped.
     * ``max_error_chars``: the last error kept for ``/readyz`` and the logs.
@@ -237,10 +233,8 @@ class ProducerBounds:
     name: str
     circuit_open_s: float
     max_unacked: int
-    replace_after_s: float
     close_s: float
     max_error_chars: int = 300
 
 
-EVENT_PRODUCER = ProducerBounds("event_producer", circuit_open_s=2.0, max_unacked=2000, replace_after_s=30.0,
-                                close_s=5.0)
+EVENT_PRODUCER = ProducerBounds("event_producer", circuit_open_s=2.0, max_unacked=2000, close_s=5.0)
