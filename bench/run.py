@@ -151,6 +151,16 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(c) for c in text.split(",") if c.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not counts or any(c < 5 for c in counts):
+        raise argparse.ArgumentTypeError(f"follower counts must be at least 5 (five watchers): {text!r}")
+    return counts
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (a few minutes)")
@@ -166,6 +176,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lag-sweep", type=_rates, metavar="R1,R2",
                         help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)")
     parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
+    parser.add_argument("--celebrity-counts", type=_counts, metavar="N1,N2",
+                        help="follower counts of the celebrity phase (default 1000,10000,100000,1000000)")
+    parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
@@ -181,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, lag_sweep_rates=args.lag_sweep)
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
+    if args.celebrity_counts:
+        plan = replace(plan, celebrity_counts=args.celebrity_counts)
+    if args.celebrity_posts:
+        plan = replace(plan, celebrity_posts=args.celebrity_posts)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
     plots_dir = md.parent / ("plots" if args.quick else "benchmarks")

@@ -113,3 +113,13 @@ def test_cpu_per_1k_rows_counts_new_processes_from_zero() -> None:
     after = {"fanout-worker": {1: 12.0, 3: 1.0}, "tweet-store": {2: 9.0}, "cassandra": {}}
     assert cpu_per_1k(before, after, 2000) == {"fanout-worker": 1.5, "tweet-store": 2.0, "cassandra": None}
     assert cpu_per_1k(before, after, 0)["fanout-worker"] is None
+
+
+def test_the_celebrity_plan_can_be_narrowed_from_the_command_line() -> None:
+    from bench.run import parse_args
+
+    args = parse_args(["--only", "celebrity", "--celebrity-counts", "1000,1000000", "--celebrity-posts", "2"])
+    assert (args.celebrity_counts, args.celebrity_posts) == ((1000, 1_000_000), 2)
+    for bad in ("1000,x", "3", ""):
+        with pytest.raises(SystemExit):
+            parse_args(["--celebrity-counts", bad])
