@@ -22,10 +22,11 @@ from typing import Any
 
 import httpx
 
-from . import procs, results, seed
+from . import procs, prometheus, results, seed
 from .baseline import SCHEMA as BASELINE_SCHEMA
 from .common import GROUPS, PARTITIONS, PASSWORD, SYSTEM_ENV, BenchError, Plan, balanced_authors, say
-from .procs import REPO, BenchSystem, RssMonitor
+from .procs import REPO, BenchSystem
+from .rss import RssMonitor
 
 sys.path.insert(0, str(REPO / "deploy" / "local"))
 from fanline_shared import cassandra as cql
@@ -263,7 +264,7 @@ class Bench:
         total, seen = 0.0, False
         for name in self.system.running_workers():
             port = self.system.worker_ports.get(name)
-            value = procs.scrape(f"http://127.0.0.1:{port}/metrics", "fanline_timeline_rows_written_total")
+            value = prometheus.scrape(f"http://127.0.0.1:{port}/metrics", "fanline_timeline_rows_written_total")
             if value is not None:
                 total += value
                 seen = True

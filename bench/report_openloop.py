@@ -1,7 +1,7 @@
 """Section 9 of docs/benchmarks.md and its plot (issue 18): the open-loop
 mixed workload, its saturation curve, the overload run and the embedded
 default. Pure like ``report``; the plot takes matplotlib's ``pyplot`` and
-``report``'s ``save``. The saturation curve is also drawn in text
+``report_plots``'s ``save``. The saturation curve is also drawn in text
 (``ascii_curve``) so the page shows it without the image."""
 
 from __future__ import annotations

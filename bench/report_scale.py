@@ -1,6 +1,6 @@
 """Sections 7 and 8 of docs/benchmarks.md and their plots (issue 13): the
 celebrity phase and the latency-bound scaling phase. Pure like ``report``;
-the plots take matplotlib's ``pyplot`` and ``report``'s ``save``."""
+the plots take matplotlib's ``pyplot`` and ``report_plots``'s ``save``."""
 
 from __future__ import annotations
 

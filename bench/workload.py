@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from . import loadgen, openloop, procs
+from . import loadgen, openloop, procs, prometheus
 from .common import BenchError, say
 
 PASSWORD = "open-loop-pw-1"
@@ -124,7 +124,7 @@ async def seed(api: str, prefix: str, users: int, mean_following: int, rng: rand
 
 
 def scrape_everything(urls: dict[str, str]) -> dict[str, dict[str, float]]:
-    return {name: procs.scrape_all(url) for name, url in urls.items()}
+    return {name: prometheus.scrape_all(url) for name, url in urls.items()}
 
 
 def _drain(urls: dict[str, str], timeout_s: float) -> None:
@@ -133,7 +133,7 @@ def _drain(urls: dict[str, str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     workers = [u for n, u in urls.items() if n.startswith("fanout-worker")]
     while time.monotonic() < deadline:
-        lags = [procs.scrape(u, "fanline_consumer_lag_messages") for u in workers]
+        lags = [prometheus.scrape(u, "fanline_consumer_lag_messages") for u in workers]
         if all(v is not None and v <= 0 for v in lags):
             return
         time.sleep(0.5)

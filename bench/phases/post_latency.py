@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any
 
-from .. import procs, stats
+from .. import procs, prometheus, stats
 from ..common import GROUPS, PARTITIONS, say
 from ..harness import Bench
 from .ceiling import batch_rows
@@ -262,7 +262,7 @@ async def own_lags(bench: Bench, own: dict[str, list[tuple[str, float]]]) -> dic
 
 def scrape_services(bench: Bench) -> dict[str, dict[str, float]]:
     assert bench.system is not None
-    return {name: procs.scrape_all(bench.system.url(name) + "/metrics")
+    return {name: prometheus.scrape_all(bench.system.url(name) + "/metrics")
             for name in ("api", "tweet-store", "social-graph")}
 
 
@@ -284,7 +284,7 @@ def breakdown(before: dict[str, dict[str, float]], after: dict[str, dict[str, fl
     }
     for service, metrics in wanted.items():
         for metric, filters in metrics:
-            for row in procs.histogram_means(before.get(service, {}), after.get(service, {}), metric, filters):
+            for row in prometheus.histogram_means(before.get(service, {}), after.get(service, {}), metric, filters):
                 rows.append({"service": service, **row})
     return rows
 

@@ -8,7 +8,7 @@ import asyncio
 import time
 from typing import Any
 
-from .. import procs
+from .. import profiling
 from ..common import say
 from ..harness import Bench
 
@@ -18,13 +18,13 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     pids = bench.system.pids()
     targets = {name: pids[name] for name in ("fanout-worker", "api", "tweet-store") if name in pids}
-    if procs.py_spy() is None:
+    if profiling.py_spy() is None:
         bench.notes.append("py-spy not installed: no profile")
         return
     say(f"profile: py-spy on {', '.join(targets)} for {p.profile_s}s while the worker drains a backlog and "
         "the gateway serves posts and timeline reads")
     outs = {name: bench.logs / f"profile-{name}.txt" for name in targets}
-    spies = {name: procs.start_profile(pid, p.profile_s, outs[name]) for name, pid in targets.items()}
+    spies = {name: profiling.start_profile(pid, p.profile_s, outs[name]) for name, pid in targets.items()}
     backlog = asyncio.create_task(bench.post_backlog(max(8, p.backlog_tweets // 2)))
     stop_at = time.monotonic() + p.profile_s
     i = 0
@@ -44,7 +44,7 @@ async def run(bench: Bench) -> None:
         if spy.returncode not in (0, None) and not outs[name].exists():
             bench.notes.append(f"py-spy on {name} failed: {err.decode(errors='replace')[-300:]}")
             continue
-        services[name] = procs.summarize_profile(outs[name])
+        services[name] = profiling.summarize_profile(outs[name])
     findings = []
     for service, info in services.items():
         cats = info.get("categories") or []

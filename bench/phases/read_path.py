@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import time
 
-from .. import driver, procs, stats
+from .. import driver, prometheus, stats
 from ..common import BenchError, say
 from ..harness import Bench
 
@@ -116,14 +116,14 @@ async def run(bench: Bench) -> None:
     raw.hits = raw.misses = 0
     assert bench.system is not None
     metrics_url = bench.system.url("tweet-store") + "/metrics"
-    scraped_before = await asyncio.to_thread(procs.scrape_all, metrics_url)
+    scraped_before = await asyncio.to_thread(prometheus.scrape_all, metrics_url)
     for r, kind in stats.interleaved(KINDS, max(1, p.read_blocks)):
         per_round[kind].append(await block(kind))
         if kind == KINDS[-1]:
             say(f"  round {r + 1}/{p.read_blocks}: p50 api {stats.percentile(per_round['api'][-1], 50):.2f} ms, "
                 f"raw {stats.percentile(per_round['raw'][-1], 50):.2f}, "
                 f"raw cached {stats.percentile(per_round['raw_cached'][-1], 50):.2f}")
-    scraped_after = await asyncio.to_thread(procs.scrape_all, metrics_url)
+    scraped_after = await asyncio.to_thread(prometheus.scrape_all, metrics_url)
 
     def lookups(result: str) -> float:
         series = f'fanline_tweet_cache_lookups_total{{result="{result}"}}'

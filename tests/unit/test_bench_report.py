@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench import openloop, procs, report, results, stats  # noqa: E402
+from bench import openloop, prometheus, report, results, stats  # noqa: E402
 
 # The issue's schema, spelled out independently of bench/results.py.
 ISSUE_KEYS = {
@@ -289,7 +289,7 @@ def test_histogram_means_count_the_samples_over_25_ms_of_each_series() -> None:
              'm_sum{route="/b",service="api"}': 1.0, 'm_count{route="/b",service="api"}': 4.0,
              'm_bucket{le="0.025",route="/b",service="api"}': 4.0,
              "m_sum": 2.0, "m_count": 4.0, 'm_bucket{le="0.025"}': 1.0}
-    rows = {r["series"]: r for r in procs.histogram_means(before, after, "m")}
+    rows = {r["series"]: r for r in prometheus.histogram_means(before, after, "m")}
     assert rows['m{route="/a",service="api"}'] == {"series": 'm{route="/a",service="api"}', "count": 10,
                                                   "mean_ms": 100.0, "over_25ms": 3}
     assert rows['m{route="/b",service="api"}']["over_25ms"] == 0
