@@ -62,7 +62,7 @@ ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize 
 	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
 
 test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # the soak beside the engine-free tests, then the rest
 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
