@@ -30,10 +30,10 @@ def celebrity_section(doc: Mapping[str, Any], plots: Mapping[str, str]) -> list[
         for n in _counts(per):
             r, rd = per[n], (runs.get(mode) or {}).get(n) or {}
             readable = rd.get("readable_by_last_follower_s") or {}
-            rows.append([mode, f"{int(n):,}", fmt(r.get("post_p99_ms"), 1), fmt(readable.get("p50"), 2),
+            rows.append([mode, f"{int(n):,}", fmt(rd.get("posts")), fmt(r.get("post_p99_ms"), 1), fmt(readable.get("p50"), 2),
                          fmt(r.get("readable_last_follower_s"), 2), fmt(r.get("ordinary_lag_p99_ms"), 0),
                          fmt(r.get("rows_written")), fmt(r.get("stored_rows_max_of_sampled"))])
-    out += [_table(["hybrid", "followers", "post p99 (ms)", "last follower readable p50 (s)",
+    out += [_table(["hybrid", "followers", "posts", "post p99 (ms)", "last follower readable p50 (s)",
                     "last follower readable max (s)", "ordinary authors' lag p99 (ms)", "rows written",
                     "stored rows (largest sampled owner)"], rows), ""]
     parts = []
