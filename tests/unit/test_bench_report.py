@@ -243,7 +243,7 @@ def test_markdown_renders_tables_targets_and_plot_links() -> None:
                     "## 3. Scaling", "## 4. Delivery lag", "## 5. Read path", "## 5b. Live streams", "## 6. Memory",
                     "## 7. Celebrity", "## 8. Scaling where latency-bound", "## Profile (py-spy)"):
         assert heading in md
-    assert "| on | 1,000,000 | 60.0 |" in md and "| off | 1,000,000 |" in md
+    assert "| on | 1,000,000 | — | 60.0 |" in md and "| off | 1,000,000 |" in md  # posts: not in the fake
     assert "they cross at 4,000 followers" in md
     assert "**CPU-bound**" in md and "| 4 + 4 | 3,000 | 3.0× |" in md
     assert "| 1 + 1 again | 900 | 0.9× |" in md  # the run order, each run's own rate
