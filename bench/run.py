@@ -179,6 +179,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--celebrity-counts", type=_counts, metavar="N1,N2",
                         help="follower counts of the celebrity phase (default 1000,10000,100000,1000000)")
     parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
+    parser.add_argument("--scale-delay-ms", type=float,
+                        help="latency added each way to Cassandra in the latency_scaling phase (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
@@ -198,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, celebrity_counts=args.celebrity_counts)
     if args.celebrity_posts:
         plan = replace(plan, celebrity_posts=args.celebrity_posts)
+    if args.scale_delay_ms is not None:
+        plan = replace(plan, scale_delay_ms=args.scale_delay_ms)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
     plots_dir = md.parent / ("plots" if args.quick else "benchmarks")
