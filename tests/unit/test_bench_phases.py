@@ -123,3 +123,10 @@ def test_the_celebrity_plan_can_be_narrowed_from_the_command_line() -> None:
     for bad in ("1000,x", "3", ""):
         with pytest.raises(SystemExit):
             parse_args(["--celebrity-counts", bad])
+
+
+def test_the_latency_scaling_delay_can_be_set_from_the_command_line() -> None:
+    from bench.run import parse_args
+
+    assert parse_args(["--scale-delay-ms", "80"]).scale_delay_ms == 80.0
+    assert parse_args([]).scale_delay_ms is None  # the plan's own delay
