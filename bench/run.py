@@ -181,6 +181,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
     parser.add_argument("--scale-delay-ms", type=float,
                         help="latency added each way to Cassandra in the latency_scaling phase (default 5)")
+    parser.add_argument("--backlog-authors", type=int,
+                        help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
@@ -200,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, celebrity_counts=args.celebrity_counts)
     if args.celebrity_posts:
         plan = replace(plan, celebrity_posts=args.celebrity_posts)
+    if args.backlog_authors:
+        plan = replace(plan, backlog_authors=args.backlog_authors)
     if args.scale_delay_ms is not None:
         plan = replace(plan, scale_delay_ms=args.scale_delay_ms)
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
