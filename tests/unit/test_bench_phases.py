@@ -130,3 +130,4 @@ def test_the_latency_scaling_delay_can_be_set_from_the_command_line() -> None:
 
     assert parse_args(["--scale-delay-ms", "80"]).scale_delay_ms == 80.0
     assert parse_args([]).scale_delay_ms is None  # the plan's own delay
+    assert parse_args(["--backlog-authors", "64"]).backlog_authors == 64
