@@ -198,14 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, lag_sweep_rates=args.lag_sweep)
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
-    if args.celebrity_counts:
-        plan = replace(plan, celebrity_counts=args.celebrity_counts)
-    if args.celebrity_posts:
-        plan = replace(plan, celebrity_posts=args.celebrity_posts)
-    if args.backlog_authors:
-        plan = replace(plan, backlog_authors=args.backlog_authors)
-    if args.scale_delay_ms is not None:
-        plan = replace(plan, scale_delay_ms=args.scale_delay_ms)
+    narrowed = {"celebrity_counts": args.celebrity_counts, "celebrity_posts": args.celebrity_posts,
+                "backlog_authors": args.backlog_authors, "scale_delay_ms": args.scale_delay_ms}
+    plan = replace(plan, **{field: value for field, value in narrowed.items() if value is not None})
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
     plots_dir = md.parent / ("plots" if args.quick else "benchmarks")

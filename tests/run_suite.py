@@ -1,4 +1,4 @@
-"""`make test`: every test, in two stages, so the soak's ten minutes of
+"""`make test`: every test, in three stages, so the soak's ten minutes of
 mostly waiting overlap the tests that need no engine.
 
 Stage 1, side by side:
@@ -113,15 +113,12 @@ def main(args: list[str]) -> int:
         sys.stdout.write(SOAK_LOG.read_text())
         print("== stage 2: every other test on the single-node engines", flush=True)
         codes.append(subprocess.call(pytest(args, ENGINES), cwd=REPO))
-        merge_fault_tables()
-        if not already:
-            stop_engines()
-        print("== stage 3: the three-node cluster", flush=True)
-        codes.append(subprocess.call(pytest(args, CLUSTER), cwd=REPO))
     finally:
         merge_fault_tables()
         if not already:
             stop_engines()
+    print("== stage 3: the three-node cluster", flush=True)
+    codes.append(subprocess.call(pytest(args, CLUSTER), cwd=REPO))
     failed = [c for c in codes if not passed(c)]
     print(f"== stages: {', '.join(map(str, codes))} (no engine, soak, single node, cluster)", flush=True)
     return failed[0] if failed else 0
