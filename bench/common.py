@@ -120,14 +120,14 @@ QUICK = Plan(mode="quick", posts_per_group=12, sync_posts=(12, 12, 12, 6), post_
              post_samples=12, lag_reads_duration_s=8, lag_reads_per_s=20, read_authors=8, reader_follows=3,
              read_author_tweets=8)
 FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), post_gap_s=0.05,
-            backlog_authors=8, backlog_followers=2000, backlog_tweets=50, tune_rows=20000,
+            backlog_authors=64, backlog_followers=2000, backlog_tweets=50, tune_rows=20000,
             tune_concurrencies=(8, 16, 32, 64, 128), stress_ops=100_000, stress_threads=64, lag_authors=4,
             lag_rate=0.5, lag_duration_s=120, lag_sweep_rates=(2.0, 4.0), lag_sweep_duration_s=60, read_rate=40,
             read_block_s=10, read_blocks=3, readers=20, profile_s=30, drain_timeout_s=3600,
             celebrity_counts=(1000, 10_000, 100_000, 1_000_000), celebrity_posts=5, celebrity_gap_s=1.0,
             ordinary_authors=10, ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=20,
             read_large_counts=(0, 10, 100), read_large_threshold=100, read_large_readers=10, scale_tweets=64,
-            scale_delay_ms=5.0, scale_counts=(1, 2, 4, 1))
+            scale_delay_ms=80.0, scale_counts=(1, 2, 4, 1))
 
 
 class BenchError(RuntimeError):
