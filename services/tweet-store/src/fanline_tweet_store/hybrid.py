@@ -31,6 +31,8 @@ from. Ids are ordered like Cassandra's timeuuid clustering
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Generic, TypeVar
 
-from cachetools import TTLCache
+from cachetools import LRUCache
 
 from fanline_shared import metrics
 from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time, utcnow
@@ -47,6 +49,7 @@ from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, T
 T = TypeVar("T")
 V = TypeVar("V")
 FollowingLookup = Callable[[str], Awaitable[list[str]]]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,22 +71,47 @@ class HybridPolicy:
 
 
 class SingleFlightCache(Generic[V]):
-    """A TTL cache whose misses are computed once however many callers wait."""
+    """A TTL cache whose misses are computed once however many callers wait,
+    and whose busy entries are refreshed ahead of their expiry.
 
-    def __init__(self, ttl_s: float, size: int) -> None:
-        self._values: TTLCache[str, V] = TTLCache(maxsize=size, ttl=ttl_s)
+    A value is never served older than ``ttl_s`` (counted from when its load
+    began). Once ``refresh_ahead * ttl_s`` has passed, a read still gets
+    the cached value at once and starts one refresh in the background — so an
+    entry read steadily is reloaded before it expires and no reader waits for
+    it (a home read merging 100 large accounts would otherwise wait for 100
+    userline reads once every ``ttl_s``). Only a
+    read after the full ``ttl_s`` waits, as with a plain TTL cache; an entry
+    nobody reads costs nothing. At most ``size`` entries are kept (LRU)."""
+
+    def __init__(self, ttl_s: float, size: int, *, refresh_ahead: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl_s
+        self._refresh_after = ttl_s * refresh_ahead if 0 < refresh_ahead < 1 else ttl_s
+        self._clock = clock
+        self._values: LRUCache[str, tuple[float, V]] = LRUCache(maxsize=size)
         self._pending: dict[str, asyncio.Future[V]] = {}
+        self._refreshing: set[asyncio.Task[V]] = set()
 
     async def get(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
-        try:
-            return self._values[key]
-        except KeyError:
-            pass
+        entry = self._values.get(key)
+        if entry is not None:
+            loaded_at, value = entry
+            age = self._clock() - loaded_at
+            if age < self._ttl:
+                if age >= self._refresh_after and key not in self._pending:
+                    task = asyncio.get_running_loop().create_task(self._load(key, load))
+                    self._refreshing.add(task)
+                    task.add_done_callback(self._refreshed)
+                return value
         pending = self._pending.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
+        return await self._load(key, load)
+
+    async def _load(self, key: str, load: Callable[[], Awaitable[V]]) -> V:
         fut: asyncio.Future[V] = asyncio.get_running_loop().create_future()
         self._pending[key] = fut
+        started = self._clock()
         try:
             value = await load()
         except BaseException as exc:
@@ -91,11 +119,18 @@ class SingleFlightCache(Generic[V]):
             fut.exception()  # retrieved: nobody else may be waiting
             raise
         else:
-            self._values[key] = value
+            self._values[key] = (started, value)
             fut.set_result(value)
             return value
         finally:
             del self._pending[key]
+
+    def _refreshed(self, task: asyncio.Task[V]) -> None:
+        self._refreshing.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # The cached value is still served until it expires; the next
+            # read past that loads it in the open, and its caller sees errors.
+            log.debug("background cache refresh failed: %r", exc)
 
     def clear(self) -> None:
         self._values.clear()
