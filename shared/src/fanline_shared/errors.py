@@ -84,17 +84,24 @@ class Unavailable(DomainError):
         self.retry_after = retry_after
 
 
-class Overloaded(Unavailable):
-    """The service is past its capacity and refused the request before doing
-    any of it (admission control, ``admission.py``): safe to send again after
-    ``retry_after``. A 503 whose code stays ``unavailable`` (api.md); peers
-    recognise it by the ``X-Fanline-Overloaded`` header (``OVERLOADED_HEADER``)
-    and do not retry it inside a user's request (``policies.PEER_REQUEST``)."""
-
-
 # Set on every response refused by admission control; its value names the
 # service that shed the request.
 OVERLOADED_HEADER = "X-Fanline-Overloaded"
+
+
+class Overloaded(Unavailable):
+    """The service is past its capacity and refused the request before doing
+    any of it (admission control, ``admission.py``) — or, for an idempotent
+    background write, gave up on it at its caller's budget: safe to send again
+    after ``retry_after``. A 503 whose code stays ``unavailable`` (api.md);
+    peers recognise it by the ``X-Fanline-Overloaded`` header
+    (``OVERLOADED_HEADER``, set when ``shed_by`` names the service) and do not
+    retry it at once (``policies.PEER_REQUEST``)."""
+
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None,
+                 shed_by: str | None = None) -> None:
+        super().__init__(message, retry_after=retry_after, code=code)
+        self.headers: dict[str, str] = {OVERLOADED_HEADER: shed_by} if shed_by else {}
 
 
 class PeerFailed(Unavailable):

@@ -193,6 +193,10 @@ FANOUT_WRITE_LIMIT = Gauge(
     "fanline_fanout_write_limit", "Fan-out writes tweet-store lets in flight now (adaptive, limiter.py)",
     multiprocess_mode="livemax",
 )
+FANOUT_PAGES_EXPIRED = Counter(
+    "fanline_fanout_pages_expired_total",
+    "Fan-out pages tweet-store gave up on at the caller's budget (503; the worker retries them)", ["route"],
+)
 HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(
     "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -53,6 +53,26 @@ BACKGROUND = "background"  # the header's value for background work
 # write waiting at tweet-store (its limiter.py), so one author's million rows
 # never delay another author's thousand.
 BULK = "bulk"
+# How long the caller waits for this request (milliseconds), sent on every
+# peer request. A service doing long background work for it (tweet-store's
+# fan-out pages) stops short of it and answers 503: work the caller has given
+# up on would otherwise queue behind itself while the caller retries it
+# (``caller_budget_s``).
+TIMEOUT_HEADER = "x-fanline-timeout-ms"
+# Of the caller's timeout, the share a service may spend before answering.
+CALLER_BUDGET_SHARE = 0.8
+
+
+def caller_budget_s(headers: Mapping[str, str], *, default_s: float) -> float:
+    """Seconds a service may work on a peer's request: ``CALLER_BUDGET_SHARE``
+    of the timeout the caller sent (``TIMEOUT_HEADER``), else ``default_s``;
+    never more than ``default_s``, never less than 0.1 s."""
+    raw = headers.get(TIMEOUT_HEADER, "")
+    try:
+        sent = int(raw) / 1000 * CALLER_BUDGET_SHARE if raw else default_s
+    except ValueError:
+        sent = default_s
+    return max(0.1, min(sent, default_s))
 
 
 class PeerClient:
@@ -71,6 +91,7 @@ class PeerClient:
             self._auth[PRIORITY_HEADER] = BACKGROUND
         self._base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_ms = str(int(timeout_s * 1000))
         # Created on first use: an aiohttp session belongs to the running loop.
         self._session: aiohttp.ClientSession | None = None
 
@@ -114,6 +135,7 @@ class PeerClient:
             req_headers = {"content-type": "application/json"} if content is not None else {}
             req_headers.update(self._auth)
             req_headers.update(request_id_headers())  # the request (or event) this call serves
+            req_headers[TIMEOUT_HEADER] = self._timeout_ms
             if headers:
                 req_headers.update(headers)
             try:

@@ -6,10 +6,11 @@ rows). Storage is created in the lifespan, never at import time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -19,11 +20,12 @@ from starlette.responses import Response
 from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
-from fanline_shared.errors import BadRequest, InvalidInput, NotFound
+from fanline_shared.errors import BadRequest, InvalidInput, NotFound, Overloaded
 from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, event_to_json
+from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, caller_budget_s, event_to_json
+from fanline_shared.policies import FANOUT_PAGE
 from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
 from . import __version__
@@ -182,6 +184,23 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             raise InvalidInput("too many usernames", code="invalid_usernames")
         return json_response({"counts": await store(request).counts(names)})
 
+    async def within_caller_budget(request: Request, work: Awaitable[None]) -> None:
+        """``work`` (a fan-out page) within the caller's budget
+        (``policies.FANOUT_PAGE``); past it, cancelled and ``Overloaded`` (the
+        worker backs off and sends the page again: rows are upserts)."""
+        budget = caller_budget_s(request.headers, default_s=FANOUT_PAGE.seconds)
+        timer = asyncio.timeout(budget)
+        try:
+            async with timer:
+                await work
+        except TimeoutError:
+            if not timer.expired():
+                raise  # a timeout of the work itself, not our budget
+            metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path).inc()
+            raise Overloaded(f"fan-out page not written within {budget:.3g} s (its caller's budget): writes are "
+                             "queued here; send it again later", retry_after=FANOUT_PAGE.retry_after_s,
+                             shed_by=SERVICE) from None
+
     async def home_add(request: Request) -> Response:
         body = await read_json_object(request, max_bytes=1024 * 1024)
         author = body.get("author")
@@ -191,7 +210,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         # A slice of a large fan-out yields to every other fan-out write.
         is_bulk = request.headers.get(PRIORITY_HEADER) == BULK
         with bulk_writes() if is_bulk else contextlib.nullcontext():
-            await store(request).home_add(tweet_id, author, owners)
+            await within_caller_budget(request, store(request).home_add(tweet_id, author, owners))
         # One line per request (a page of up to FANLINE_FANOUT_PAGE_SIZE rows), never per row.
         log.info("home.rows_written", tweet_id=str(tweet_id), author=author, rows=len(owners), bulk=is_bulk)
         return Response(status_code=204)
@@ -199,7 +218,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def home_remove(request: Request) -> Response:
         body = await read_json_object(request, max_bytes=1024 * 1024)
         owners = _owners(body)
-        await store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), owners)
+        await within_caller_budget(request, store(request).home_remove(_tweet_id(str(body.get("tweet_id"))), owners))
         log.info("home.rows_removed", tweet_id=str(body.get("tweet_id")), rows=len(owners))
         return Response(status_code=204)
 

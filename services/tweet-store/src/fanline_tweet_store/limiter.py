@@ -190,6 +190,10 @@ class AdaptiveLimit:
         started = self._clock()
         try:
             result = await call()
+        except asyncio.CancelledError:
+            # Given up on (the page's budget passed): no latency to learn from.
+            self._release_slot(bulk)
+            raise
         except BaseException:
             self.release(None, bulk)
             raise
