@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.latency_proxy import LatencyProxy  # noqa: E402
 from bench.phases.celebrity import compute_crossover  # noqa: E402
-from bench.phases.latency_scaling import cpu_per_1k  # noqa: E402
+from bench.phases.latency_scaling import cpu_per_1k, steady_rate  # noqa: E402
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -131,3 +131,21 @@ def test_the_latency_scaling_delay_can_be_set_from_the_command_line() -> None:
     assert parse_args(["--scale-delay-ms", "80"]).scale_delay_ms == 80.0
     assert parse_args([]).scale_delay_ms is None  # the plan's own delay
     assert parse_args(["--backlog-authors", "64"]).backlog_authors == 64
+
+
+def test_steady_rate_starts_once_every_worker_has_joined() -> None:
+    # 1,000 rows: 100 rows/s while the group forms (to t=4), then 400 rows/s.
+    series = [(t / 2, float(min(1000, 50 * t if t <= 8 else 400 + 200 * (t - 8)))) for t in range(0, 13)]
+    rate, window = steady_rate(series, 1000, all_ready=4.0)
+    assert rate == pytest.approx(400)
+    assert window == {"from_share": 0.4, "to_share": 0.9, "seconds": 1.25}
+    # Taken from 10 % instead, the joins would pull it down.
+    rate_10, _ = steady_rate(series, 1000, all_ready=0.0)
+    assert rate_10 is not None and rate_10 < 300
+
+
+def test_steady_rate_refuses_a_window_too_small_to_measure() -> None:
+    # The last worker joined when 85 % was already written: no figure.
+    series = [(0.0, 0.0), (1.0, 850.0), (2.0, 1000.0)]
+    assert steady_rate(series, 1000, all_ready=1.0) == (None, None)
+    assert steady_rate([(0.0, 0.0)], 1000, all_ready=0.0) == (None, None)
