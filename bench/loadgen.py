@@ -45,6 +45,20 @@ class AttackRun:
     offered: int
 
 
+def rate_flag(rate: float) -> str:
+    """vegeta's ``-rate`` for ``rate`` per second. vegeta takes a whole
+    number of requests per duration (``-rate=37.5/1s`` is a usage error, and
+    the saturation curve's steps rise by 1.5x), so a fractional rate is
+    written as whole requests per whole seconds."""
+    if not rate > 0:
+        raise ValueError(f"rate must be positive: {rate!r}")
+    for per in (1, 2, 4, 5, 8, 10, 16, 32, 64, 100, 128, 256, 512, 1000, 1024):
+        count = rate * per
+        if abs(count - round(count)) < 1e-9:
+            return f"{round(count)}/{per}s"
+    return f"{round(rate * 1000)}/1000s"
+
+
 def attack(targets_file: Path, rate: float, duration_s: float, out_dir: Path, *, timeout_s: float = 30.0,
            max_workers: int = 2000) -> AttackRun:
     """Send the targets (vegeta JSON lines, in order) at ``rate`` per second
@@ -54,7 +68,7 @@ def attack(targets_file: Path, rate: float, duration_s: float, out_dir: Path, *,
 
     binary = vegeta_binary()
     results = out_dir / f"results-{rate:g}.bin"
-    argv = [binary, "attack", "-format=json", f"-targets={targets_file}", f"-rate={rate:g}/1s",
+    argv = [binary, "attack", "-format=json", f"-targets={targets_file}", f"-rate={rate_flag(rate)}",
             f"-duration={duration_s:g}s", f"-timeout={timeout_s:g}s", f"-max-workers={max_workers}",
             "-keepalive=true", f"-output={results}"]
     started = time.monotonic()

@@ -185,3 +185,29 @@ def test_server_view_sums_every_workers_lag_and_reads_the_gateway_per_route() ->
     assert view["gateway_route_ms"]["post"] == {"p50": 5.0, "p99": 9.9}
     assert view["gateway_route_ms"]["home"] == {"p50": None, "p99": None}
     assert view["admission"]["api"]["shed"] == 7
+
+
+@pytest.mark.parametrize(("rate", "flag"), [
+    (60, "60/1s"), (37.5, "75/2s"), (56.25, "225/4s"), (126.5625, "2025/16s"), (1 / 3, "333/1000s"), (0.5, "1/2s"),
+])
+def test_every_saturation_rate_is_a_rate_vegeta_accepts(rate: float, flag: str) -> None:
+    # vegeta exits 2 (usage) on -rate=37.5/1s: the curve's second step failed.
+    assert loadgen.rate_flag(rate) == flag
+    count, per = flag.split("/")
+    assert int(count) / int(per.removesuffix("s")) == pytest.approx(rate, rel=2e-3)
+
+
+def test_the_saturation_curve_rates_all_pass_vegetas_own_parser(tmp_path: Path) -> None:
+    try:
+        binary = loadgen.vegeta_binary()
+    except FileNotFoundError:
+        pytest.skip("vegeta not installed (make bench-tools)")
+    import subprocess
+
+    targets = tmp_path / "t.json"
+    targets.write_text('{"method": "GET", "url": "http://127.0.0.1:9/"}\n')
+    for rate in openloop.saturation_rates(25.0, 1.5, 4):
+        proc = subprocess.run([binary, "attack", "-format=json", f"-targets={targets}",
+                               f"-rate={loadgen.rate_flag(rate)}", "-duration=10ms", "-timeout=50ms",
+                               f"-output={tmp_path / 'r.bin'}"], capture_output=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr.decode()[-300:]
