@@ -176,6 +176,99 @@ async def test_many_at_once_never_more_than_the_limit_in_flight() -> None:
     assert gate.in_flight == 0 and gate.waiting == 0
 
 
+# --- the adaptive limit (LatencyLimit) ---------------------------------------------
+
+
+def adaptive(**kw: object) -> AdmissionPolicy:
+    return policy(**{"max_in_flight": 40, "max_queue": 100, "latency_tolerance": 2.0, "latency_slack_s": 0.0,
+                     "adapt_samples": 4, "min_in_flight": 4, **kw})
+
+
+def teach(gate: Gate, latency_s: float, windows: int = 1, *, full: bool = False) -> None:
+    """``windows`` windows of samples of ``latency_s``; ``full``: demand past
+    the limit in each (a request found every slot taken)."""
+    assert gate.adaptive is not None
+    for _ in range(windows):
+        if full:
+            gate.adaptive.reached()
+        for _ in range(gate.policy.adapt_samples):
+            gate.adaptive.observe(latency_s)
+
+
+def test_the_limit_shrinks_when_latency_rises_past_its_baseline_and_regrows_when_it_falls() -> None:
+    gate = Gate(adaptive(), service="unit-adaptive-a")
+    assert gate.limit == 40
+    teach(gate, 0.010, 3, full=True)  # the baseline: 10 ms; at the ceiling already
+    assert gate.limit == 40
+    teach(gate, 0.019)  # within 2 x the baseline: no change
+    assert gate.limit == 40
+    teach(gate, 0.050)  # a queue: x0.9
+    assert gate.limit == 36
+    teach(gate, 0.050, 40)
+    assert gate.limit == 4  # never below the floor
+    assert sample("fanline_admission_limit", {"service": "unit-adaptive-a"}) == 4
+    teach(gate, 0.012, 3)  # fast again, but nobody waits: no growth
+    assert gate.limit == 4
+    teach(gate, 0.012, 3, full=True)  # fast, and demand past the limit: +1 a window
+    assert gate.limit == 7
+    teach(gate, 0.012, 100, full=True)
+    assert gate.limit == 40  # never above max_in_flight
+
+
+def test_the_baseline_forgets_after_two_windows_so_a_slower_deployment_is_not_starved() -> None:
+    now = [0.0]
+    gate = Gate(adaptive(baseline_window_s=10.0), clock=lambda: now[0])
+    teach(gate, 0.010)
+    now[0] = 11.0  # the 10 ms window is now the previous one
+    teach(gate, 0.030)  # shrinks: 3 x the 10 ms still remembered
+    assert gate.limit == 36
+    now[0] = 22.0  # 10 ms forgotten: 30 ms is the latency without a queue now
+    teach(gate, 0.030, 5, full=True)
+    assert gate.limit == 40
+
+
+async def test_a_shrunk_limit_holds_new_requests_out_until_enough_have_left() -> None:
+    gate = Gate(adaptive(max_in_flight=6, queue_deadline_s=0.05, adapt_samples=1, min_in_flight=2, backoff=0.5))
+    for _ in range(6):
+        await gate.enter()
+    gate.leave(0.01)  # the baseline, 5 in flight
+    gate.leave(0.10)  # slow: the limit halves to 3, 4 in flight
+    assert gate.limit == 3 and gate.in_flight == 4
+    waiter = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    gate.leave(None)  # 4 > 3 in flight: the slot is freed, not handed over
+    assert gate.in_flight == 3 and not waiter.done()
+    gate.leave(None)  # now under the limit: handed to the waiter
+    await waiter
+    assert gate.in_flight == 3
+
+
+async def test_the_middleware_teaches_the_limit_with_what_it_admits_but_not_password_routes() -> None:
+    hold = asyncio.Event()
+    hold.set()
+    p = adaptive(adapt_samples=2, unsampled=(("GET", "/v1/slow/argon2"),))
+    app = app_with(p, "unit-adaptive-mw", hold)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        for _ in range(3):
+            assert (await client.get("/v1/slow/argon2")).status_code == 200
+        gate = next(m for m in _middlewares(app) if isinstance(m, AdmissionMiddleware)).gate
+        assert gate.adaptive is not None
+        assert gate.adaptive.baseline == float("inf")  # nothing learned from a password route
+        for _ in range(2):
+            assert (await client.get("/v1/slow/u")).status_code == 200
+        assert gate.adaptive.baseline < 0.5
+
+
+def _middlewares(app: Starlette) -> list[object]:
+    """The middleware stack serving requests (built on the first), outermost first."""
+    out = []
+    layer: object = app.middleware_stack
+    while layer is not None:
+        out.append(layer)
+        layer = getattr(layer, "app", None)
+    return out
+
+
 # --- the middleware -------------------------------------------------------------
 
 
@@ -256,8 +349,10 @@ def test_settings_override_the_named_policy_and_refuse_nonsense() -> None:
     assert (p.max_in_flight, p.queue_deadline_s, p.max_queue, p.retry_after_s, p.fast_refusal_s) == (3, 0.02, 7, 2, 0)
     assert p.exempt_prefixes == GATEWAY_ADMISSION.exempt_prefixes
     assert admission_policy(Env({}), GATEWAY_ADMISSION) == GATEWAY_ADMISSION
+    assert admission_policy(Env({"FANLINE_ADMISSION_LATENCY_TOLERANCE": "0"}), GATEWAY_ADMISSION).latency_tolerance == 0
+    assert GATEWAY_ADMISSION.latency_tolerance >= 1  # the edge adapts by default
     for bad in ({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "-1"}, {"FANLINE_ADMISSION_QUEUE_DEADLINE_S": "soon"},
-                {"FANLINE_ADMISSION_RETRY_AFTER_S": "0"}):
+                {"FANLINE_ADMISSION_RETRY_AFTER_S": "0"}, {"FANLINE_ADMISSION_LATENCY_TOLERANCE": "0.5"}):
         with pytest.raises(ConfigError):
             admission_policy(Env(bad), GATEWAY_ADMISSION)
 

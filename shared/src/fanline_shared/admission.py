@@ -49,6 +49,54 @@ _PRIORITY = PRIORITY_HEADER.encode()
 _BACKGROUND = (BACKGROUND.encode(), BULK.encode())  # a large fan-out's slices are background work too
 
 
+class LatencyLimit:
+    """The gate's limit when ``policy.latency_tolerance`` > 0: additive
+    increase, multiplicative decrease on the latency of what was admitted
+    (``AdmissionPolicy`` says how; the fan-out's ``AdaptiveLimit`` in
+    tweet-store does the same for background writes). ``value`` is the
+    number of requests that may be in flight now; the gauge
+    ``fanline_admission_limit`` shows it."""
+
+    def __init__(self, policy: AdmissionPolicy, service: str, clock: Callable[[], float]) -> None:
+        self._p = policy
+        self._clock = clock
+        self.value = float(policy.max_in_flight)
+        self._samples: list[float] = []
+        self._reached = False
+        self._min_now = float("inf")
+        self._min_prev = float("inf")
+        self._window_start = clock()
+        self._gauge = metrics.ADMISSION_LIMIT.labels(service)
+        self._gauge.set(self.value)
+
+    @property
+    def baseline(self) -> float:
+        return min(self._min_now, self._min_prev)
+
+    def reached(self) -> None:
+        """A request found every slot taken: there is demand past the limit."""
+        self._reached = True
+
+    def observe(self, latency_s: float) -> None:
+        """One admitted request's time in the service."""
+        self._samples.append(latency_s)
+        if len(self._samples) < self._p.adapt_samples:
+            return
+        samples = sorted(self._samples)
+        q = samples[min(len(samples) - 1, int(self._p.latency_quantile * len(samples)))]
+        self._samples.clear()
+        now = self._clock()
+        if now - self._window_start >= self._p.baseline_window_s:
+            self._min_prev, self._min_now, self._window_start = self._min_now, float("inf"), now
+        self._min_now = min(self._min_now, q)
+        if q > self._p.latency_tolerance * self.baseline + self._p.latency_slack_s:
+            self.value = max(float(self._p.min_in_flight), self.value * self._p.backoff)
+        elif self._reached:
+            self.value = min(float(self._p.max_in_flight), self.value + 1)
+        self._reached = False
+        self._gauge.set(self.value)
+
+
 class Gate:
     """At most ``policy.max_in_flight`` holders at once; a caller that finds
     them taken waits, in arrival order, at most ``policy.queue_deadline_s``.
@@ -58,12 +106,21 @@ class Gate:
     once within ``policy.fast_refusal_s`` of a refusal at the deadline);
     every successful ``enter()`` is paired with one ``leave()``."""
 
-    def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter,
+                 service: str = "") -> None:
         self.policy = policy
         self._clock = clock
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._last_deadline_refusal = float("-inf")
+        self.adaptive = LatencyLimit(policy, service or policy.name, clock) if policy.latency_tolerance > 0 else None
+        if self.adaptive is None:
+            metrics.ADMISSION_LIMIT.labels(service or policy.name).set(policy.max_in_flight)
+
+    @property
+    def limit(self) -> int:
+        """Requests that may be in flight now."""
+        return int(self.adaptive.value) if self.adaptive is not None else self.policy.max_in_flight
 
     @property
     def in_flight(self) -> int:
@@ -74,9 +131,11 @@ class Gate:
         return len(self._waiters)
 
     async def enter(self) -> float:
-        if self._in_flight < self.policy.max_in_flight and not self._waiters:
+        if self._in_flight < self.limit and not self._waiters:
             self._in_flight += 1
             return 0.0
+        if self.adaptive is not None:
+            self.adaptive.reached()
         if len(self._waiters) >= self.policy.max_queue or self.policy.queue_deadline_s <= 0:
             raise _overloaded(self.policy, "queue_full")
         started = self._clock()
@@ -107,13 +166,19 @@ class Gate:
                 pass  # leave() already took it off the queue
         return self._clock() - started
 
-    def leave(self) -> None:
-        """Give the slot to the first live waiter, or free it."""
-        while self._waiters:
-            slot = self._waiters.popleft()
-            if not slot.done():
-                slot.set_result(None)  # the slot changes hands; in_flight stays
-                return
+    def leave(self, latency_s: float | None = None) -> None:
+        """Give the slot to the first live waiter, or free it; ``latency_s``,
+        the request's time in the service, teaches the adaptive limit (None:
+        not a sample). A limit that shrank is met by freeing slots, not
+        handing them over, until fewer than the limit are in flight."""
+        if latency_s is not None and self.adaptive is not None:
+            self.adaptive.observe(latency_s)
+        if self._in_flight <= self.limit:
+            while self._waiters:
+                slot = self._waiters.popleft()
+                if not slot.done():
+                    slot.set_result(None)  # the slot changes hands; in_flight stays
+                    return
         self._in_flight -= 1
 
 
@@ -142,7 +207,8 @@ class AdmissionMiddleware:
         self.app = app
         self.policy = policy
         self.service = service
-        self.gate = Gate(policy)
+        self.gate = Gate(policy, service=service)
+        self._unsampled = set(policy.unsampled)
         # Exported at 0 from the start, so the dashboard shows a flat line
         # rather than nothing while no request was ever refused.
         self._in_flight = metrics.ADMISSION_IN_FLIGHT.labels(service)
@@ -181,11 +247,15 @@ class AdmissionMiddleware:
         self._waiting.dec()
         self._wait_admitted.observe(waited)
         self._in_flight.inc()
+        admitted = time.perf_counter()
+        failed = True
         try:
             await self.app(scope, receive, send)
+            failed = False
         finally:
             self._in_flight.dec()
-            self.gate.leave()
+            sample = not failed and (scope.get("method", ""), scope.get("path", "")) not in self._unsampled
+            self.gate.leave(time.perf_counter() - admitted if sample else None)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Overloaded, waited: float) -> None:
         reason = str(getattr(exc, "reason", "deadline"))

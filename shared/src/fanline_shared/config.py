@@ -122,6 +122,10 @@ def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
     """A service's admission control (``admission.py``): ``default`` (its
     named policy) with the FANLINE_ADMISSION_* variables applied. The same
     names serve every service; each process reads its own environment."""
+    tolerance = env.number("FANLINE_ADMISSION_LATENCY_TOLERANCE", default.latency_tolerance)
+    if 0 < tolerance < 1:
+        raise ConfigError("FANLINE_ADMISSION_LATENCY_TOLERANCE must be 0 (a fixed limit) or at least 1 "
+                          f"(a multiple of the latency without a queue), got {tolerance:g}")
     return dataclasses.replace(
         default,
         max_in_flight=env.integer("FANLINE_ADMISSION_MAX_IN_FLIGHT", default.max_in_flight, minimum=0),
@@ -129,6 +133,7 @@ def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
         max_queue=env.integer("FANLINE_ADMISSION_MAX_QUEUE", default.max_queue, minimum=0),
         retry_after_s=env.integer("FANLINE_ADMISSION_RETRY_AFTER_S", default.retry_after_s, minimum=1),
         fast_refusal_s=env.number("FANLINE_ADMISSION_FAST_REFUSAL_S", default.fast_refusal_s),
+        latency_tolerance=tolerance,
     )
 
 

@@ -58,6 +58,11 @@ ADMISSION_SHED = Counter(
     "Requests refused with 503 by admission control, by reason (queue_full, deadline, overloaded)",
     ["service", "route", "reason"],
 )
+ADMISSION_LIMIT = Gauge(
+    "fanline_admission_limit",
+    "Requests admission control lets in flight now (adaptive at the gateway: admission.LatencyLimit)", ["service"],
+    multiprocess_mode="livemax",
+)
 ADMISSION_IN_FLIGHT = Gauge(
     "fanline_admission_in_flight", "Requests admitted and not yet answered (streams and operations not counted)",
     ["service"], multiprocess_mode="livesum",

@@ -126,6 +126,27 @@ class AdmissionPolicy:
     fast_refusal_s: float = 1.0
     exempt_paths: tuple[str, ...] = ("/healthz", "/readyz", "/metrics")
     exempt_prefixes: tuple[str, ...] = ()
+    # Adaptive limit (``admission.LatencyLimit``): when ``latency_tolerance``
+    # > 0, ``max_in_flight`` is only the ceiling. Every ``adapt_samples``
+    # admitted requests, the ``latency_quantile`` of their time in the
+    # service is compared with its lowest value of the last two
+    # ``baseline_window_s`` windows (the latency without a queue): above
+    # ``latency_tolerance`` x that + ``latency_slack_s``, the limit is
+    # multiplied by ``backoff``; below it, and if the limit was reached, it
+    # grows by one. Never below ``min_in_flight``. Why: a fixed limit of 48
+    # let 90 % of twice this machine's capacity in (every accepted request
+    # twice as slow, the fan-out 59 s behind): with the cores shared by the
+    # engines, concurrency is not what runs out; latency shows what does.
+    latency_tolerance: float = 0.0
+    latency_quantile: float = 0.9
+    latency_slack_s: float = 0.005
+    adapt_samples: int = 32
+    backoff: float = 0.9
+    min_in_flight: int = 4
+    baseline_window_s: float = 15.0
+    # Requests whose time is not a sign of load (argon2 hashes a password
+    # for tens of milliseconds by design): counted in flight, not sampled.
+    unsampled: tuple[tuple[str, str], ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -137,7 +158,11 @@ class AdmissionPolicy:
 # refused request waits at most 50 ms: every refusal within 100 ms, even
 # with the event loop a little behind. Streams are exempt (policy docstring).
 GATEWAY_ADMISSION = AdmissionPolicy("gateway_admission", max_in_flight=48, queue_deadline_s=0.05, max_queue=96,
-                                    exempt_prefixes=("/v1/streaming/", "/static/", "/openapi.json"))
+                                    exempt_prefixes=("/v1/streaming/", "/static/", "/openapi.json"),
+                                    # The edge adapts: its requests' time is every
+                                    # service's time, so it sheds for all of them.
+                                    latency_tolerance=2.0,
+                                    unsampled=(("POST", "/v1/sessions"), ("POST", "/v1/users")))
 # tweet-store's user-facing routes (the worker's background writes have their
 # own adaptive limit, limiter.py, and are not counted here; nor is the outbox
 # bookkeeping of the gateway's relay).
