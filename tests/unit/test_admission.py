@@ -184,13 +184,12 @@ def adaptive(**kw: object) -> AdmissionPolicy:
                      "adapt_samples": 4, "min_in_flight": 4, **kw})
 
 
-def teach(gate: Gate, latency_s: float, windows: int = 1, *, full: bool = False) -> None:
-    """``windows`` windows of samples of ``latency_s``; ``full``: demand past
-    the limit in each (a request found every slot taken)."""
+def teach(gate: Gate, latency_s: float, windows: int = 1, *, busy: bool = True) -> None:
+    """``windows`` windows of samples of ``latency_s``; ``busy``: the limit
+    was all in flight during each (else one request at a time)."""
     assert gate.adaptive is not None
     for _ in range(windows):
-        if full:
-            gate.adaptive.reached()
+        gate.adaptive.admitted(gate.limit if busy else 1)
         for _ in range(gate.policy.adapt_samples):
             gate.adaptive.observe(latency_s)
 
@@ -198,7 +197,7 @@ def teach(gate: Gate, latency_s: float, windows: int = 1, *, full: bool = False)
 def test_the_limit_shrinks_when_latency_rises_past_its_baseline_and_regrows_when_it_falls() -> None:
     gate = Gate(adaptive(), service="unit-adaptive-a")
     assert gate.limit == 40
-    teach(gate, 0.010, 3, full=True)  # the baseline: 10 ms; at the ceiling already
+    teach(gate, 0.010, 3)  # the baseline: 10 ms; at the ceiling already
     assert gate.limit == 40
     teach(gate, 0.019)  # within 2 x the baseline: no change
     assert gate.limit == 40
@@ -207,12 +206,26 @@ def test_the_limit_shrinks_when_latency_rises_past_its_baseline_and_regrows_when
     teach(gate, 0.050, 40)
     assert gate.limit == 4  # never below the floor
     assert sample("fanline_admission_limit", {"service": "unit-adaptive-a"}) == 4
-    teach(gate, 0.012, 3)  # fast again, but nobody waits: no growth
-    assert gate.limit == 4
-    teach(gate, 0.012, 3, full=True)  # fast, and demand past the limit: +1 a window
+    teach(gate, 0.012, 3)  # fast again: +1 a window
     assert gate.limit == 7
-    teach(gate, 0.012, 100, full=True)
+    teach(gate, 0.012, 100)
     assert gate.limit == 40  # never above max_in_flight
+
+
+def test_a_slow_dependency_with_few_requests_in_flight_does_not_shrink_the_limit() -> None:
+    gate = Gate(adaptive())
+    teach(gate, 0.010, 2)
+    teach(gate, 0.500, 10, busy=False)  # Cassandra stalls; one request at a time
+    assert gate.limit == 40
+    teach(gate, 0.500, 1)  # the same with the gate full: our queue
+    assert gate.limit == 36
+
+
+def test_a_ceiling_under_the_floor_is_the_floor() -> None:
+    gate = Gate(adaptive(max_in_flight=2))
+    teach(gate, 0.010)
+    teach(gate, 0.100, 5)
+    assert gate.limit == 2
 
 
 def test_the_baseline_forgets_after_two_windows_so_a_slower_deployment_is_not_starved() -> None:
@@ -223,7 +236,7 @@ def test_the_baseline_forgets_after_two_windows_so_a_slower_deployment_is_not_st
     teach(gate, 0.030)  # shrinks: 3 x the 10 ms still remembered
     assert gate.limit == 36
     now[0] = 22.0  # 10 ms forgotten: 30 ms is the latency without a queue now
-    teach(gate, 0.030, 5, full=True)
+    teach(gate, 0.030, 5)
     assert gate.limit == 40
 
 
@@ -232,7 +245,9 @@ async def test_a_shrunk_limit_holds_new_requests_out_until_enough_have_left() ->
     for _ in range(6):
         await gate.enter()
     gate.leave(0.01)  # the baseline, 5 in flight
-    gate.leave(0.10)  # slow: the limit halves to 3, 4 in flight
+    assert gate.adaptive is not None
+    gate.adaptive.admitted(gate.in_flight)  # (each leave is a window here: 5 in flight during this one)
+    gate.leave(0.10)  # slow while busy: the limit halves to 3, 4 in flight
     assert gate.limit == 3 and gate.in_flight == 4
     waiter = asyncio.create_task(gate.enter())
     await asyncio.sleep(0)

@@ -61,8 +61,9 @@ class LatencyLimit:
         self._p = policy
         self._clock = clock
         self.value = float(policy.max_in_flight)
+        self._floor = float(min(policy.min_in_flight, policy.max_in_flight))
         self._samples: list[float] = []
-        self._reached = False
+        self._peak = 0  # most requests in flight at once in this window
         self._min_now = float("inf")
         self._min_prev = float("inf")
         self._window_start = clock()
@@ -73,9 +74,9 @@ class LatencyLimit:
     def baseline(self) -> float:
         return min(self._min_now, self._min_prev)
 
-    def reached(self) -> None:
-        """A request found every slot taken: there is demand past the limit."""
-        self._reached = True
+    def admitted(self, in_flight: int) -> None:
+        """A request was let in; ``in_flight`` now, with it."""
+        self._peak = max(self._peak, in_flight)
 
     def observe(self, latency_s: float) -> None:
         """One admitted request's time in the service."""
@@ -89,11 +90,14 @@ class LatencyLimit:
         if now - self._window_start >= self._p.baseline_window_s:
             self._min_prev, self._min_now, self._window_start = self._min_now, float("inf"), now
         self._min_now = min(self._min_now, q)
-        if q > self._p.latency_tolerance * self.baseline + self._p.latency_slack_s:
-            self.value = max(float(self._p.min_in_flight), self.value * self._p.backoff)
-        elif self._reached:
+        if q <= self._p.latency_tolerance * self.baseline + self._p.latency_slack_s:
             self.value = min(float(self._p.max_in_flight), self.value + 1)
-        self._reached = False
+        elif self._peak >= self.value / 2:
+            # Slow while the gate was busy: a queue of our making. Slow with
+            # few in flight is a slow dependency, which fewer slots won't fix
+            # (and shrinking then would refuse the next burst for nothing).
+            self.value = max(self._floor, self.value * self._p.backoff)
+        self._peak = 0
         self._gauge.set(self.value)
 
 
@@ -133,9 +137,9 @@ class Gate:
     async def enter(self) -> float:
         if self._in_flight < self.limit and not self._waiters:
             self._in_flight += 1
+            if self.adaptive is not None:
+                self.adaptive.admitted(self._in_flight)
             return 0.0
-        if self.adaptive is not None:
-            self.adaptive.reached()
         if len(self._waiters) >= self.policy.max_queue or self.policy.queue_deadline_s <= 0:
             raise _overloaded(self.policy, "queue_full")
         started = self._clock()
@@ -164,6 +168,8 @@ class Gate:
                 self._waiters.remove(slot)
             except ValueError:
                 pass  # leave() already took it off the queue
+        if self.adaptive is not None:
+            self.adaptive.admitted(self._in_flight)
         return self._clock() - started
 
     def leave(self, latency_s: float | None = None) -> None:

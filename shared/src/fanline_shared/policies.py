@@ -132,8 +132,9 @@ class AdmissionPolicy:
     # service is compared with its lowest value of the last two
     # ``baseline_window_s`` windows (the latency without a queue): above
     # ``latency_tolerance`` x that + ``latency_slack_s``, the limit is
-    # multiplied by ``backoff``; below it, and if the limit was reached, it
-    # grows by one. Never below ``min_in_flight``. Why: a fixed limit of 48
+    # multiplied by ``backoff`` if at least half of it was in flight (else
+    # the slowness is a dependency's, and fewer slots would not help); within
+    # it, the limit grows by one. Never below ``min_in_flight``. Why: a fixed limit of 48
     # let 90 % of twice this machine's capacity in (every accepted request
     # twice as slow, the fan-out 59 s behind): with the cores shared by the
     # engines, concurrency is not what runs out; latency shows what does.
