@@ -112,3 +112,64 @@ def test_tweet_store_abandons_a_page_past_the_callers_budget(tmp_path: Any) -> N
 def test_overloaded_names_the_service_only_when_asked() -> None:
     assert Overloaded("x").headers == {}
     assert Overloaded("x", shed_by="tweet-store").headers == {OVERLOADED_HEADER: "tweet-store"}
+
+
+# --- a page's budget shapes how it is written (limiter.page_budget) ----------------
+
+
+def _limit(latency_s: float, limit: float = 100.0) -> AdaptiveLimit:
+    lim = AdaptiveLimit(LimitPolicy(initial=int(limit), maximum=256), busy=lambda: False)
+    lim.latency = latency_s
+    return lim
+
+
+def test_a_far_cassandra_widens_a_pages_window_so_its_round_trips_fit_a_quarter_of_the_budget() -> None:
+    near, far = _limit(0.003), _limit(0.4)
+    assert near.page_window(100, 4, 8.0) == 4  # 25 round trips of 3 ms: as configured
+    assert far.page_window(100, 4, 8.0) == 20  # 2 s / 0.4 s = 5 round trips of 20
+    assert far.page_window(100, 4, None) == 4  # no budget: as configured
+    assert _limit(2.0, limit=30).page_window(100, 4, 8.0) == 30  # never past the limit
+    assert AdaptiveLimit(LimitPolicy(), busy=lambda: False).page_window(100, 4, 8.0) == 4  # nothing timed yet
+
+
+async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_write() -> None:
+    from fanline_tweet_store.limiter import PageRefused, page_budget
+
+    lim = _limit(0.4, limit=10)
+    written: list[int] = []
+
+    async def write(i: int) -> None:
+        written.append(i)
+
+    lim.pending = 150  # 150 writes queued ahead: 15 rounds of 0.4 s = 6 s > half of 8 s
+    with page_budget(8.0), pytest.raises(PageRefused) as refused:
+        await lim.write_all(range(10), write, 4)
+    assert written == [] and lim.pending == 150
+    assert refused.value.expected_s == pytest.approx(6.4)
+    lim.pending = 50  # 6 rounds of 0.4 s: admitted
+    with page_budget(8.0):
+        await lim.write_all(range(10), write, 4)
+    assert sorted(written) == list(range(10)) and lim.pending == 50
+    lim.pending = 10_000  # without a budget nothing is refused (tests, the SQLite path)
+    await lim.write_all(range(3), write, 4)
+    assert len(written) == 13
+
+
+async def test_pending_writes_are_counted_until_done_and_given_back_on_failure() -> None:
+    lim = _limit(0.001)
+    seen: list[int] = []
+    gate = asyncio.Event()
+
+    async def write(i: int) -> None:
+        seen.append(lim.pending)
+        await gate.wait()
+        if i == 1:
+            raise RuntimeError("boom")
+
+    task = asyncio.create_task(lim.write_all(range(6), write, 2))
+    await asyncio.sleep(0.01)
+    assert lim.pending == 6
+    gate.set()
+    with pytest.raises(RuntimeError):
+        await task
+    assert lim.pending == 0  # the ones never started are given back too

@@ -200,7 +200,8 @@ FANOUT_WRITE_LIMIT = Gauge(
 )
 FANOUT_PAGES_EXPIRED = Counter(
     "fanline_fanout_pages_expired_total",
-    "Fan-out pages tweet-store gave up on at the caller's budget (503; the worker retries them)", ["route"],
+    "Fan-out pages tweet-store did not write within the caller's budget (503; the worker sends them again), "
+    "by outcome: refused before starting (too much queued) or expired part-written", ["route", "outcome"],
 )
 HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(

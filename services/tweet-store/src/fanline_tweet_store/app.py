@@ -34,7 +34,7 @@ from .cache import CachedTweets
 from .cap import HomeCap
 from .config import Settings
 from .hybrid import HybridHome
-from .limiter import AdaptiveLimit, bulk_writes
+from .limiter import AdaptiveLimit, PageRefused, bulk_writes, page_budget
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
@@ -191,12 +191,19 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         budget = caller_budget_s(request.headers, default_s=FANOUT_PAGE.seconds)
         timer = asyncio.timeout(budget)
         try:
-            async with timer:
-                await work
+            with page_budget(budget):
+                async with timer:
+                    await work
+        except PageRefused as refused:
+            # Refused before any row was written: the writes queued here
+            # would not let this page finish in time (limiter.write_all).
+            metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path, "refused").inc()
+            raise Overloaded(f"fan-out page refused: {refused}; send it again later",
+                             retry_after=FANOUT_PAGE.retry_after_s, shed_by=SERVICE) from None
         except TimeoutError:
             if not timer.expired():
                 raise  # a timeout of the work itself, not our budget
-            metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path).inc()
+            metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path, "expired").inc()
             raise Overloaded(f"fan-out page not written within {budget:.3g} s (its caller's budget): writes are "
                              "queued here; send it again later", retry_after=FANOUT_PAGE.retry_after_s,
                              shed_by=SERVICE) from None

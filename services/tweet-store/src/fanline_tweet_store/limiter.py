@@ -61,6 +61,37 @@ T = TypeVar("T")
 
 # Whether the writes of the current task (and the tasks it starts) are bulk.
 _BULK: ContextVar[bool] = ContextVar("fanline_bulk_writes", default=False)
+# The time the current page's caller gives it (seconds; None: no budget).
+_BUDGET: ContextVar[float | None] = ContextVar("fanline_page_budget", default=None)
+# Of a page's budget: the share its own round trips may take (its window is
+# widened to fit), and the share the writes queued ahead of it plus its own
+# may take at the current pace before it is refused without starting.
+PAGE_ROUNDS_SHARE = 0.25
+PAGE_ADMIT_SHARE = 0.5
+
+
+class PageRefused(Exception):
+    """A page that could not be written within its budget at the current
+    pace, refused before any of it was written (the caller backs off and
+    sends it again)."""
+
+    def __init__(self, expected_s: float, budget_s: float) -> None:
+        super().__init__(f"about {expected_s:.1f} s of fan-out writes are queued here for a budget of {budget_s:.1f} s")
+        self.expected_s = expected_s
+        self.budget_s = budget_s
+
+
+@contextlib.contextmanager
+def page_budget(seconds: float) -> Iterator[None]:
+    """Every ``AdaptiveLimit.write_all`` inside this block is a page its
+    caller waits ``seconds`` for: it is refused up front (``PageRefused``)
+    if the writes queued here would not let it finish in time, and its
+    window is widened so its own round trips fit (see ``write_all``)."""
+    token = _BUDGET.set(seconds)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
 
 
 @contextlib.contextmanager
@@ -103,6 +134,10 @@ class AdaptiveLimit:
         self._min_prev = float("inf")
         self._window_start = clock()
         self._last_decrease = float("-inf")
+        # Writes of admitted pages not yet done (queued or in flight), and a
+        # moving average of write latency: the pace a new page would get.
+        self.pending = 0
+        self.latency: float | None = None
         metrics.FANOUT_WRITE_LIMIT.set(self.limit)
 
     @property
@@ -170,6 +205,7 @@ class AdaptiveLimit:
             self._min_prev, self._min_now, self._window_start = self._min_now, float("inf"), now
         if rtt_s is not None:
             self._min_now = min(self._min_now, rtt_s)
+            self.latency = rtt_s if self.latency is None else 0.9 * self.latency + 0.1 * rtt_s
         baseline = self.baseline if self.baseline != float("inf") else 0.0
         tolerance = self._p.busy_tolerance if self._busy() else self._p.idle_tolerance
         slow = rtt_s is None or rtt_s > baseline * tolerance + self._p.slack_s
@@ -200,14 +236,47 @@ class AdaptiveLimit:
         self.release(self._clock() - started, bulk)
         return result
 
+    def expected_s(self, requests: int) -> float:
+        """Seconds until ``requests`` more writes would be done, behind the
+        ones pending, at the current limit and latency (0 before any write
+        was timed)."""
+        if self.latency is None:
+            return 0.0
+        return (self.pending + requests) / max(1.0, self.limit) * self.latency
+
+    def page_window(self, requests: int, window: int, budget_s: float | None) -> int:
+        """``window``, widened so that ``requests`` writes take at most
+        ``PAGE_ROUNDS_SHARE`` of the budget in round trips (never past the
+        limit). With 4 in flight a 1,000-row page is 25 round trips: past
+        ~0.3 s to Cassandra it could never finish in its 8 s."""
+        if budget_s is None or self.latency is None or requests <= window:
+            return window
+        rounds = max(1, int(budget_s * PAGE_ROUNDS_SHARE / max(self.latency, 1e-6)))
+        return max(window, min(int(self.limit), -(-requests // rounds)))
+
     async def write_all(self, items: Iterable[T], write: Callable[[T], Awaitable[object]], window: int) -> None:
         """``write`` every item, at most ``window`` of them in flight for this
         call and each under the shared limit; the first failure stops the
-        rest and propagates once the writes in flight settle."""
-        queue = iter(items)
+        rest and propagates once the writes in flight settle.
+
+        Inside ``page_budget``: refused with ``PageRefused`` before writing
+        anything if the writes pending here plus these would take more than
+        ``PAGE_ADMIT_SHARE`` of the budget at the current pace — so what is
+        admitted finishes, and a backlog is refused at the door instead of
+        every page starting and none finishing in time — and the window is
+        widened by ``page_window``."""
+        todo = list(items)
+        budget = _BUDGET.get()
+        if budget is not None and todo and (expected := self.expected_s(len(todo))) > budget * PAGE_ADMIT_SHARE:
+            raise PageRefused(expected, budget)
+        window = self.page_window(len(todo), window, budget)
+        queue = iter(todo)
         failed: list[BaseException] = []
+        self.pending += len(todo)
+        left = len(todo)
 
         async def worker() -> None:
+            nonlocal left
             for item in queue:
                 if failed:
                     return
@@ -216,7 +285,13 @@ class AdaptiveLimit:
                 except Exception as exc:  # noqa: BLE001 - re-raised below, after the others settle
                     failed.append(exc)
                     return
+                finally:
+                    left -= 1
+                    self.pending -= 1
 
-        await asyncio.gather(*(worker() for _ in range(max(1, window))))
+        try:
+            await asyncio.gather(*(worker() for _ in range(max(1, window))))
+        finally:
+            self.pending -= left  # items never started (a failure, or cancelled)
         if failed:
             raise failed[0]
