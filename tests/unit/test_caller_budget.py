@@ -150,9 +150,13 @@ async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_wri
     with page_budget(8.0):
         await lim.write_all(range(10), write, 4)
     assert sorted(written) == list(range(10)) and lim.pending == 50
+    lim.pending = 0  # nothing pending: always admitted, however slow (else nothing would ever start)
+    lim.latency = 10.0
+    with page_budget(8.0):
+        await lim.write_all(range(10, 13), write, 4)
     lim.pending = 10_000  # without a budget nothing is refused (tests, the SQLite path)
     await lim.write_all(range(3), write, 4)
-    assert len(written) == 13
+    assert len(written) == 16
 
 
 async def test_pending_writes_are_counted_until_done_and_given_back_on_failure() -> None:

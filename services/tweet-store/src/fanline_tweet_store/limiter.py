@@ -267,7 +267,11 @@ class AdaptiveLimit:
         widened by ``page_window``."""
         todo = list(items)
         budget = _BUDGET.get()
-        if budget is not None and todo and (expected := self.expected_s(len(todo))) > budget * PAGE_ADMIT_SHARE:
+        # Never refused with nothing pending: the limit only grows while
+        # writes run, so refusing the first page (a far Cassandra, a limit
+        # still at its start) would refuse every page after it too.
+        if budget is not None and todo and self.pending > 0 \
+                and (expected := self.expected_s(len(todo))) > budget * PAGE_ADMIT_SHARE:
             raise PageRefused(expected, budget)
         window = self.page_window(len(todo), window, budget)
         queue = iter(todo)
