@@ -432,3 +432,32 @@ async def test_a_peers_503_is_still_transient(monkeypatch: pytest.MonkeyPatch) -
     payload = events.tweet_deleted(new_timeuuid(), "star").payload
     await asyncio.wait_for(Processor(handlers, dlq, max_attempts=2).process(b"star", payload, {}), 5)
     assert calls == 11 and dlq.sent == []
+
+
+async def test_a_page_tweet_store_refused_is_sent_again_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tweet-store refuses a page when more is queued than its budget allows
+    (503 Overloaded): that page waits and goes again, the event's other pages
+    are not written twice and its followers are not read again."""
+    from fanline_shared import policies
+    from fanline_shared.errors import Overloaded
+
+    monkeypatch.setattr(policies.RetryPolicy, "delay", lambda self, attempt: 0.0)
+    handlers, social, tweets = make(2_500, page_size=1000, in_flight=3)
+    add = tweets.home_add
+    calls: list[int] = []
+    refusals = [2]
+
+    async def refusing(tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
+        calls.append(len(owners))
+        if len(owners) == 500 and refusals[0]:  # the last page, refused twice
+            refusals[0] -= 1
+            raise Overloaded("too much queued", shed_by="tweet-store")
+        await add(tweet_id, author, owners, bulk=bulk)
+
+    tweets.home_add = refusing  # type: ignore[method-assign]
+    tweet_id = new_timeuuid()
+    tweets.tweets.add(str(tweet_id))
+    await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
+    assert sorted(calls) == [500, 500, 500, 1000, 1001]  # three tries of the refused page, one of each other
+    assert social.pages_served == 3
+    assert sum(str(tweet_id) in ids for ids in tweets.rows.values()) == 2_501

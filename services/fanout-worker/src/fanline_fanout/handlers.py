@@ -30,10 +30,11 @@ from typing import Any
 
 from fanline_shared import events, metrics
 from fanline_shared.domain import OutboxEvent, canonical, utcnow
-from fanline_shared.errors import NotFound
+from fanline_shared.errors import NotFound, Overloaded
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.logs import get_logger
 from fanline_shared.peers import SocialGraphClient, TweetStoreClient
+from fanline_shared.policies import FANOUT_PAGE_SHED, retry
 
 # One line per step of an event (bound to its request id by app.py), never per row.
 log = get_logger(__name__)
@@ -220,11 +221,15 @@ class FanoutHandlers:
                 ) -> Callable[[list[str]], Awaitable[None]]:
         """Writes a page of home rows (``bulk``: a large fan-out's slice, at
         the lowest priority); ``rows[0]`` counts them (for the log)."""
-        async def write(page: list[str]) -> None:
+        async def once(page: list[str]) -> None:
             if bulk:
                 await self._tweets.home_add(tweet_id, author, page, bulk=True)
             else:
                 await self._tweets.home_add(tweet_id, author, page)
+
+        async def write(page: list[str]) -> None:
+            # A refused page is sent again on its own (FANOUT_PAGE_SHED).
+            await retry(FANOUT_PAGE_SHED, lambda: once(page), retry_on=(Overloaded,))
             metrics.TIMELINE_ROWS_WRITTEN.inc(len(page))
             if rows is not None:
                 rows[0] += len(page)
