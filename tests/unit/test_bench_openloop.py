@@ -196,18 +196,3 @@ def test_every_saturation_rate_is_a_rate_vegeta_accepts(rate: float, flag: str) 
     count, per = flag.split("/")
     assert int(count) / int(per.removesuffix("s")) == pytest.approx(rate, rel=2e-3)
 
-
-def test_the_saturation_curve_rates_all_pass_vegetas_own_parser(tmp_path: Path) -> None:
-    try:
-        binary = loadgen.vegeta_binary()
-    except FileNotFoundError:
-        pytest.skip("vegeta not installed (make bench-tools)")
-    import subprocess
-
-    targets = tmp_path / "t.json"
-    targets.write_text('{"method": "GET", "url": "http://127.0.0.1:9/"}\n')
-    for rate in openloop.saturation_rates(25.0, 1.5, 4):
-        proc = subprocess.run([binary, "attack", "-format=json", f"-targets={targets}",
-                               f"-rate={loadgen.rate_flag(rate)}", "-duration=10ms", "-timeout=50ms",
-                               f"-output={tmp_path / 'r.bin'}"], capture_output=True, timeout=30)
-        assert proc.returncode == 0, proc.stderr.decode()[-300:]
