@@ -3,15 +3,16 @@
 Delivery guarantees, and the faust pitfalls they work around:
 
 * ``concurrency=1`` per agent: faust can commit past an in-flight message with
-  more (faust-streaming #606). Parallelism comes from batches instead: the
-  agent takes up to ``FANLINE_FANOUT_BATCH`` events at a time
-  (``Stream.take_events``) and processes them concurrently — one lane per
-  event key (author), each lane in stream order (``process_batch``) — and
-  faust acks a batch's events only after all of them were processed, so an
-  offset is still committed only after its rows were written. A crash
-  mid-batch redelivers the batch; rows are keyed by ``(owner, tweet_id)``, so
-  the rewrite creates no duplicates. (One event at a time left tweet-store
-  idle between tweets: measured, one worker wrote half the bare-driver rate.)
+  more (faust-streaming #606). Parallelism comes from ``OrderedPipeline``
+  instead: up to ``FANLINE_FANOUT_BATCH`` events are processed at once, one
+  lane per event key (author) in stream order, each started as soon as it
+  arrives and a slot is free (no batch barrier: a slow event holds up only its
+  own author). Acks are manual and go out in each partition's offset order,
+  once an event and all before it are done, so an offset is committed only
+  after its rows were written. A crash redelivers from the first event not
+  done; rows are keyed by ``(owner, tweet_id)``, so rewrites create no
+  duplicates. (One event at a time left tweet-store idle between tweets:
+  measured, one worker wrote half the bare-driver rate.)
 * If an agent raises, faust acks the message and moves on (the event would be
   silently lost), so every event is handled inside ``process`` and never
   raises: transient errors (a peer or Cassandra unavailable, a peer's 503)
@@ -25,8 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import faust
 from faust.types import TP
@@ -49,26 +49,13 @@ from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
 from . import __version__
 from .config import Settings
 from .handlers import FanoutHandlers
+from .pipeline import OrderedPipeline
 
 SERVICE = "fanout-worker"
-T = TypeVar("T")
+# Applied events are reported to their outbox's owner this often (embedded
+# broker only); well inside the relay's 3 s before it republishes an event.
+APPLIED_ACKS_INTERVAL_S = 0.2
 log = get_logger(__name__)
-
-
-async def process_batch(batch: Sequence[T], key: Callable[[T], Hashable],
-                        process: Callable[[T], Awaitable[None]]) -> None:
-    """Process ``batch``: items with the same key one after another in batch
-    order, items with different keys concurrently. ``process`` must not raise
-    (``Processor.process`` never does); cancellation propagates."""
-    lanes: dict[Hashable, list[T]] = {}
-    for item in batch:
-        lanes.setdefault(key(item), []).append(item)
-
-    async def lane(items: list[T]) -> None:
-        for item in items:
-            await process(item)
-
-    await asyncio.gather(*(lane(items) for items in lanes.values()))
 
 
 class _Deterministic(Exception):
@@ -256,19 +243,32 @@ def create_app(settings: Settings) -> faust.App:
             acks.applied(settled)
         progress["last_event"] = time.monotonic()
 
+    async def consume(stream: Any) -> None:
+        """Feed the stream through an ``OrderedPipeline`` with manual acks."""
+        stream.enable_acks = False  # acked by the pipeline, in offset order (as take_events does)
+        pipeline: OrderedPipeline[Any] = OrderedPipeline(
+            handle, stream.ack, key=lambda event: event.key, partition=lambda event: event.message.tp,
+            window=settings.batch_size)
+        try:
+            async for event in stream.events():
+                await pipeline.submit(event)
+        finally:
+            await pipeline.close()
+
     @app.agent(events_topic, concurrency=1)
     async def fanout(stream: Any) -> None:
-        async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
-            await process_batch(batch, lambda event: event.key, handle)
-            if acks is not None:
-                await acks.flush()
+        await consume(stream)
 
     # Slices of large fan-outs: an agent of their own, so they are written
     # beside the events of every other author, never in front of them.
     @app.agent(chunks_topic, concurrency=1)
     async def fanout_chunks(stream: Any) -> None:
-        async for batch in stream.take_events(settings.batch_size, within=settings.batch_wait_s):
-            await process_batch(batch, lambda event: event.key, handle)
+        await consume(stream)
+
+    if acks is not None:
+        @app.timer(interval=APPLIED_ACKS_INTERVAL_S)
+        async def flush_applied_acks() -> None:
+            await acks.flush()
 
     reported: set[tuple[str, str]] = set()  # lag series this replica exports
 

@@ -20,7 +20,6 @@ class Settings:
     follower_page_size: int
     pages_in_flight: int
     batch_size: int
-    batch_wait_s: float
     max_unexpected_attempts: int
     commit_interval_s: float
     session_timeout_s: float
@@ -42,13 +41,10 @@ class Settings:
             follower_page_size=env.integer("FANLINE_FANOUT_PAGE_SIZE", 1000, minimum=1),
             # Pages being written while the next page is fetched.
             pages_in_flight=env.integer("FANLINE_FANOUT_PAGES_IN_FLIGHT", 4, minimum=1),
-            # Events taken at once and processed concurrently (one lane per
-            # author, each in order); the batch is acknowledged when all are
-            # done. A batch starts once this many events are waiting or after
-            # FANLINE_FANOUT_BATCH_WAIT_S (positive: faust's take() reads 0 as
-            # "no timeout", and a partial batch would wait forever).
+            # Events processed at once, per agent (one lane per author, each
+            # in order; see pipeline.OrderedPipeline). The name is from when
+            # they were taken in batches.
             batch_size=env.integer("FANLINE_FANOUT_BATCH", 16, minimum=1),
-            batch_wait_s=env.number("FANLINE_FANOUT_BATCH_WAIT_S", 0.05, positive=True),
             # An event failing with an unexpected (non-transient) error this many
             # times goes to the dead-letter topic.
             max_unexpected_attempts=env.integer("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1),
