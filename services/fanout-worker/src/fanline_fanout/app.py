@@ -243,12 +243,12 @@ def create_app(settings: Settings) -> faust.App:
             acks.applied(settled)
         progress["last_event"] = time.monotonic()
 
-    async def consume(stream: Any) -> None:
+    async def consume(stream: Any, window: int) -> None:
         """Feed the stream through an ``OrderedPipeline`` with manual acks."""
         stream.enable_acks = False  # acked by the pipeline, in offset order (as take_events does)
         pipeline: OrderedPipeline[Any] = OrderedPipeline(
             handle, stream.ack, key=lambda event: event.key, partition=lambda event: event.message.tp,
-            window=settings.batch_size)
+            window=window)
         try:
             async for event in stream.events():
                 await pipeline.submit(event)
@@ -257,13 +257,13 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.agent(events_topic, concurrency=1)
     async def fanout(stream: Any) -> None:
-        await consume(stream)
+        await consume(stream, settings.batch_size)
 
     # Slices of large fan-outs: an agent of their own, so they are written
     # beside the events of every other author, never in front of them.
     @app.agent(chunks_topic, concurrency=1)
     async def fanout_chunks(stream: Any) -> None:
-        await consume(stream)
+        await consume(stream, settings.slices_in_flight)
 
     if acks is not None:
         @app.timer(interval=APPLIED_ACKS_INTERVAL_S)

@@ -28,6 +28,7 @@ class Settings:
     data_dir: Path
     large_account_followers: int | None
     chunk_size: int
+    slices_in_flight: int
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -70,4 +71,9 @@ class Settings:
             # the rest go to the chunks topic as independently scheduled
             # slices, so one large fan-out never holds up other authors.
             chunk_size=env.integer("FANLINE_FANOUT_CHUNK", 5000, minimum=1),
+            # Slices written at once per worker (each with pages_in_flight
+            # pages): enough to keep tweet-store busy with bulk writes, few
+            # enough that the pages queued there stay well inside a page's
+            # budget (16 slices x 4 pages x 1,000 rows queue ~4 s of writes).
+            slices_in_flight=env.integer("FANLINE_FANOUT_SLICES_IN_FLIGHT", 4, minimum=1),
         )
