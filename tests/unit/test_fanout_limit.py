@@ -159,3 +159,26 @@ async def test_a_cancelled_bulk_waiter_gives_its_place_back() -> None:
             await waiter
     assert await limit.acquire() is False  # an ordinary write still gets the free slot
     assert limit.in_flight == 2 and limit.bulk_in_flight == 1
+
+
+def test_a_node_slow_for_other_reasons_does_not_collapse_the_limit() -> None:
+    """Writes 4x slower than the best one seen, whatever the limit: a node
+    busy with something else (compaction after millions of rows), not a queue
+    of ours. Judged on every write's latency alone, this drove the limit to
+    1-2 writes; a handful of writes in flight cannot be that queue."""
+    clock = Clock()
+    limit = AdaptiveLimit(LimitPolicy(initial=2), busy=lambda: False, clock=clock)
+    drive(limit, clock, 0.001, 3)  # the baseline: 1 ms
+    drive(limit, clock, 0.008, 300)  # 8x: past the idle tolerance (3x + 2 ms)
+    assert limit.limit >= 4
+    assert limit.limit < 12  # ...but with more of ours in flight it is our queue, and it shrinks
+
+
+def test_one_slow_write_is_not_a_queue() -> None:
+    clock = Clock()
+    limit = AdaptiveLimit(LimitPolicy(initial=16), busy=lambda: True, clock=clock)
+    drive(limit, clock, 0.005, 3)
+    before = limit.limit
+    limit.in_flight = int(limit.limit)
+    limit.release(0.200)  # a GC pause or a flush: 40x
+    assert limit.limit >= before

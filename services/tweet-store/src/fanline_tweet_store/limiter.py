@@ -12,8 +12,16 @@ baseline), and
 * **grows** by up to one write per round trip while the writes it has in
   flight come back within ``tolerance x baseline`` and it uses at least half
   of its limit;
-* **shrinks** by ``backoff`` (at most once per round trip) when a write takes
-  longer — a queue is building at Cassandra;
+* **shrinks** by ``backoff`` (at most once per round trip) when its writes
+  take longer — a queue is building at Cassandra — and that queue can be
+  ours: the moving average of write latency (not one write: a single slow
+  write is a GC pause or a flush, not a queue) is past the tolerance, *and*
+  Vegas' estimate of our own writes waiting, ``in_flight x (1 - baseline /
+  latency)``, is at least ``queue_floor``. A handful of writes in flight
+  cannot be what slows a node down; without that floor a Cassandra slowed by
+  something else (compaction after millions of rows) drove the limit to 1-2
+  writes, 7,000 rows/s while the node had cores to spare (measured in the
+  benchmark's post-latency drain);
 * is **stricter while people are served** (``busy()``: a user-facing request
   ran within the last moment): ``busy_tolerance`` (queue delay at most half a
   baseline) instead of ``idle_tolerance``.
@@ -117,6 +125,8 @@ class LimitPolicy:
     baseline_window_s: float = 10.0
     # Latency below this never counts as queueing (timer and scheduling noise).
     slack_s: float = 0.002
+    # Fewer of our writes than this estimated waiting never shrink the limit.
+    queue_floor: float = 4.0
 
 
 class AdaptiveLimit:
@@ -205,10 +215,15 @@ class AdaptiveLimit:
             self._min_prev, self._min_now, self._window_start = self._min_now, float("inf"), now
         if rtt_s is not None:
             self._min_now = min(self._min_now, rtt_s)
-            self.latency = rtt_s if self.latency is None else 0.9 * self.latency + 0.1 * rtt_s
+            # One write counts for at most twice the average: a single stall (a
+            # GC pause, a flush) moves it 10 %, a slowdown that lasts ~10 % a write.
+            self.latency = rtt_s if self.latency is None else 0.9 * self.latency + 0.1 * min(rtt_s, 2 * self.latency)
         baseline = self.baseline if self.baseline != float("inf") else 0.0
         tolerance = self._p.busy_tolerance if self._busy() else self._p.idle_tolerance
-        slow = rtt_s is None or rtt_s > baseline * tolerance + self._p.slack_s
+        latency = self.latency if self.latency is not None else 0.0
+        # Vegas: how many of our writes are waiting somewhere, not being served.
+        queued = self.in_flight * (1.0 - baseline / latency) if latency > 0 else 0.0
+        slow = rtt_s is None or (latency > baseline * tolerance + self._p.slack_s and queued >= self._p.queue_floor)
         if slow:
             if now - self._last_decrease > max(baseline, 0.001):
                 self.limit = max(float(self._p.minimum), self.limit * self._p.backoff)
