@@ -268,7 +268,9 @@ def _merge_figures(old: Any, new: Any) -> Any:
         for key, value in new.items():
             merged[key] = _merge_figures(old.get(key), value) if key in old else value
         return merged
-    return old if new is None or new == {} else new
+    # An unmeasured figure is null, or an empty collection (a ratio's list of
+    # values; its count is null): neither replaces what an earlier run measured.
+    return old if new is None or new == {} or new == [] else new
 
 
 def merge_partial(previous: Mapping[str, Any], run: Mapping[str, Any], phases: list[str]) -> dict[str, Any]:

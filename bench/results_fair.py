@@ -45,7 +45,7 @@ FAIR_SCHEMA: tuple[str, ...] = (
 
 
 def empty_ratio() -> dict[str, Any]:
-    return {"median": None, "min": None, "max": None, "n": 0, "values": []}
+    return {"median": None, "min": None, "max": None, "n": None, "values": []}
 
 
 def empty_fair() -> dict[str, Any]:

@@ -332,3 +332,18 @@ def test_a_partial_run_is_merged_keeping_every_other_figure() -> None:
     assert entry["phases"] == ["streams"] and entry["started_at"] == "streams run"
     assert entry["machine"]["load_average"]["mean"] == 5.0
     assert doc["targets"]["stream_p99"]["pass"] is True and doc["targets"]["lag_p99"]["pass"] is False
+
+
+def test_a_partial_run_keeps_the_repeated_ratios_it_did_not_measure() -> None:
+    """A ratio measured three times by an earlier run stays measured three
+    times: an --only celebrity run once merged its empty ratios (n 0, no
+    values) over them, and the targets read 'measured 0 times'."""
+    previous = results.empty_result()
+    previous["ratios"]["worker_vs_ceiling"] = {"median": 0.54, "min": 0.51, "max": 0.61, "n": 3,
+                                                "values": [0.51, 0.54, 0.61]}
+    run = results.empty_result()
+    run["details"] = {"started_at": "celebrity run", "notes": []}
+    doc = results.finalize(results.merge_partial(previous, run, ["celebrity"]))
+    assert doc["ratios"]["worker_vs_ceiling"]["n"] == 3
+    assert doc["ratios"]["worker_vs_ceiling"]["values"] == [0.51, 0.54, 0.61]
+    assert doc["targets"]["worker_vs_driver"]["pass"] is False
