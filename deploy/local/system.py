@@ -318,6 +318,10 @@ def main() -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    # Ctrl-C too, explicitly: started from a script's background job (or
+    # anything else that ignores SIGINT), Python would inherit "ignored" and
+    # never raise KeyboardInterrupt, and Ctrl-C / `kill -INT` would do nothing.
+    signal.signal(signal.SIGINT, on_signal)
     try:
         print(f"starting Fanline ({system.backend} storage, broker {system.bootstrap}) ...", flush=True)
         system.start()
