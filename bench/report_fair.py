@@ -166,9 +166,11 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
     add("### Delivery lag with reads running")
     add("")
     lr: Mapping[str, Any] = doc.get("delivery_lag_reads_ms") or {}
-    add(_table(["followers", "tweets/s", "reads/s asked", "reads/s achieved", "lag p50 (ms)", "lag p99 (ms)"], [[
+    add(_table(["followers", "tweets/s", "reads/s asked", "reads/s achieved", "posts refused", "lag p50 (ms)",
+                "lag p99 (ms)"], [[
         fmt(lr.get("followers")), _v(lr.get("rate_per_s"), 1), _v(lr.get("reads_per_s"), 0),
-        _v(lr.get("reads_per_s_achieved"), 1), _v(lr.get("p50"), 0), _v(lr.get("p99"), 0)]]))
+        _v(lr.get("reads_per_s_achieved"), 1), _v(lr.get("posts_refused"), 0), _v(lr.get("p50"), 0),
+        _v(lr.get("p99"), 0)]]))
     add("")
     method = (d.get("delivery_lag_reads") or {}).get("method")
     if method:

@@ -58,7 +58,8 @@ def empty_fair() -> dict[str, Any]:
                                       "rate_per_s": None}},
         "post_fanout": {"offered_rows": None, "delivered_rows": None, "lag_ms": {}},
         "delivery_lag_reads_ms": {"followers": 1000, "rate_per_s": None, "reads_per_s": None,
-                                  "reads_per_s_achieved": None, "p50": None, "p99": None},
+                                  "reads_per_s_achieved": None, "posts_refused": None, "read_errors": None,
+                                  "p50": None, "p99": None},
     }
 
 
@@ -102,6 +103,10 @@ def fair_targets(doc: Mapping[str, Any]) -> dict[str, Target]:
             lag_notes.append(f"posted at {rate} tweets/s (target: 5)")
         if not isinstance(achieved, (int, float)) or achieved < 0.9 * 100:
             lag_notes.append(f"{achieved} reads/s achieved of {reads} asked (target: 100)")
+        if lag.get("posts_refused"):
+            lag_notes.append(f"{lag['posts_refused']} posts refused with 503")
+        if lag.get("read_errors"):
+            lag_notes.append(f"{lag['read_errors']} reads failed")
     out = [
         judged("post_p99_flat", "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers (median of the rounds)",
                "post_p99_10000_vs_0", 1.5, "<=", "p99 at 10,000 ÷ p99 at 0, median", "1.5"),

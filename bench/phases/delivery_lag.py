@@ -17,7 +17,7 @@ from typing import Any
 from fanline_shared import cassandra as cql
 
 from .. import stats
-from ..common import say
+from ..common import BenchError, say
 from ..harness import Bench
 
 
@@ -70,6 +70,7 @@ async def run_with_reads(bench: Bench) -> None:
     bench.doc["delivery_lag_reads_ms"] = {
         "followers": 1000, "rate_per_s": p.lag_reads_rate, "reads_per_s": p.lag_reads_per_s,
         "reads_per_s_achieved": head.get("reads", {}).get("achieved_per_s"),
+        "posts_refused": head["posts_refused"], "read_errors": head.get("reads", {}).get("errors"),
         **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None}), "n": len(lags)}
     bench.details["delivery_lag_reads"] = {
         **head,
@@ -140,6 +141,7 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
     polled: dict[str, float] = {}
     answered: dict[str, tuple[float, str]] = {}
     lateness: list[float] = []
+    refused: list[str] = []
 
     async def watch(tid: str) -> None:
         """Live reads of a sample of followers (the last in name order, whose
@@ -163,7 +165,13 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
             await asyncio.sleep(delay)
         lateness.append(max(0.0, time.monotonic() - at))
         author = bench.lag_authors[i % len(bench.lag_authors)]
-        _, tid, when = await bench.post_ours(author, f"lag tweet {i} at {rate:g}/s")
+        try:
+            _, tid, when = await bench.post_ours(author, f"lag tweet {i} at {rate:g}/s")
+        except BenchError as exc:
+            if " 503 " not in str(exc):
+                raise
+            refused.append(str(exc))  # shed by admission control: counted and reported, not a crash
+            return
         answered[tid] = (when, author)
         await watch(tid)
 
@@ -191,6 +199,9 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
         lags_written.append(lw)
         lags_polled.append(lp)
         lags.append(max(lw, lp))
+    if refused:
+        say(f"  {len(refused)} of {total} posts refused (503): {refused[0][:160]}")
+        bench.notes.append(f"delivery lag at {rate:g}/s: {len(refused)} of {total} posts were refused with 503")
     if incomplete:
         bench.notes.append(f"delivery lag at {rate:g}/s: {incomplete} of {len(answered)} tweets were not in every "
                            "follower's timeline")
@@ -198,7 +209,7 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
         say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms "
             f"({len(lags)} tweets)")
     return lags, {
-        "tweets": len(answered), "complete": len(lags), "incomplete": incomplete,
+        "tweets": len(answered), "complete": len(lags), "incomplete": incomplete, "posts_refused": len(refused),
         "summary": stats.summary(lags, 1), "last_row_written_ms": stats.summary(lags_written, 1),
         "sample_readable_ms": stats.summary(lags_polled, 1),
         "max_send_lateness_ms": round(max(lateness, default=0) * 1000, 1),

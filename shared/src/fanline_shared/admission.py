@@ -92,10 +92,14 @@ class LatencyLimit:
         self._min_now = min(self._min_now, q)
         if q <= self._p.latency_tolerance * self.baseline + self._p.latency_slack_s:
             self.value = min(float(self._p.max_in_flight), self.value + 1)
-        elif self._peak >= self.value / 2:
-            # Slow while the gate was busy: a queue of our making. Slow with
-            # few in flight is a slow dependency, which fewer slots won't fix
-            # (and shrinking then would refuse the next burst for nothing).
+        elif self._peak >= self.value / 2 and self._peak * (1 - self.baseline / q) >= self._p.queue_floor:
+            # Slow while the gate was busy, and (Vegas' estimate) at least
+            # ``queue_floor`` of the requests in flight were waiting behind
+            # each other: a queue of our making. Slow with few in flight is a
+            # slow dependency or cores taken by background work, which fewer
+            # slots won't fix: without the second test a limit of 8 shrank on
+            # 4 in flight, spiralled to the floor at 5 posts/s + 100 reads/s
+            # while the fan-out ran, and refused posts at ~3 % of capacity.
             self.value = max(self._floor, self.value * self._p.backoff)
         self._peak = 0
         self._gauge.set(self.value)

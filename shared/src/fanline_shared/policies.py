@@ -140,7 +140,9 @@ class AdmissionPolicy:
     # ``latency_tolerance`` x that + ``latency_slack_s``, the limit is
     # multiplied by ``backoff`` if at least half of it was in flight (else
     # the slowness is a dependency's, and fewer slots would not help); within
-    # it, the limit grows by one. Never below ``min_in_flight``. Why: a fixed limit of 48
+    # it, the limit grows by one — and it only shrinks when the requests in
+    # flight x (1 - baseline / latency), Vegas' estimate of how many were
+    # queued, is at least ``queue_floor``. Never below ``min_in_flight``. Why: a fixed limit of 48
     # let 90 % of twice this machine's capacity in (every accepted request
     # twice as slow, the fan-out 59 s behind): with the cores shared by the
     # engines, concurrency is not what runs out; latency shows what does.
@@ -150,6 +152,7 @@ class AdmissionPolicy:
     adapt_samples: int = 32
     backoff: float = 0.9
     min_in_flight: int = 4
+    queue_floor: float = 4.0
     baseline_window_s: float = 15.0
     # Requests whose time is not a sign of load (argon2 hashes a password
     # for tens of milliseconds by design): counted in flight, not sampled.
