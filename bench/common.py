@@ -127,7 +127,7 @@ FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), po
             celebrity_counts=(1000, 10_000, 100_000, 1_000_000), celebrity_posts=5, celebrity_gap_s=1.0,
             ordinary_authors=10, ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=20,
             read_large_counts=(0, 10, 100), read_large_threshold=100, read_large_readers=10, scale_tweets=256,
-            scale_delay_ms=80.0, scale_counts=(1, 2, 4, 1))
+            scale_delay_ms=200.0, scale_counts=(1, 2, 4, 1))
 
 
 class BenchError(RuntimeError):

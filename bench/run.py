@@ -161,6 +161,16 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _counts_any(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(c) for c in text.split(",") if c.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not counts or any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"counts must be at least 1: {text!r}")
+    return counts
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short smoke run (a few minutes)")
@@ -181,6 +191,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
     parser.add_argument("--scale-delay-ms", type=float,
                         help="latency added each way to Cassandra in the latency_scaling phase (default 5)")
+    parser.add_argument("--scale-counts", type=_counts_any, metavar="N1,N2",
+                        help="worker counts of the latency_scaling phase, in order (default 1,2,4,1)")
     parser.add_argument("--backlog-authors", type=int,
                         help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
@@ -199,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
     narrowed = {"celebrity_counts": args.celebrity_counts, "celebrity_posts": args.celebrity_posts,
-                "backlog_authors": args.backlog_authors, "scale_delay_ms": args.scale_delay_ms}
+                "backlog_authors": args.backlog_authors, "scale_delay_ms": args.scale_delay_ms,
+                "scale_counts": args.scale_counts}
     plan = replace(plan, **{field: value for field, value in narrowed.items() if value is not None})
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")

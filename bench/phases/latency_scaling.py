@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -122,10 +123,39 @@ async def _rtt_ms(settings: StorageSettings, n: int = 20) -> float:
         await cql.close_session(session)
 
 
+def pending_compactions(bench: Bench) -> int | None:
+    """Cassandra's pending compaction tasks (``nodetool compactionstats``), None if unknown."""
+    try:
+        out = subprocess.run(bench.infra.nodetool_command("compactionstats"), check=True, capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError, AttributeError):
+        return None
+    m = re.search(r"pending tasks:?\s+([0-9]+)", out)
+    return int(m.group(1)) if m else None
+
+
+async def wait_for_compactions(bench: Bench, timeout_s: float = 900.0) -> dict[str, Any]:
+    """Wait (at most ``timeout_s``) until Cassandra has no compaction pending:
+    the earlier phases write tens of millions of rows, and the node compacting
+    them is a shared queue every pair waits behind — in a full run the pairs
+    added nothing (0.82x with 2) while a run on a quiet node reached 1.77x.
+    What was pending, and how long it took, goes into the results."""
+    started = time.monotonic()
+    first = last = await asyncio.to_thread(pending_compactions, bench)
+    while last and time.monotonic() - started < timeout_s:
+        await asyncio.sleep(10)
+        last = await asyncio.to_thread(pending_compactions, bench)
+    waited = round(time.monotonic() - started, 1)
+    if first:
+        say(f"  waited {waited:.0f} s for Cassandra's {first} pending compactions ({last} left)")
+    return {"pending_at_start": first, "pending_after_wait": last, "waited_s": waited}
+
+
 async def run(bench: Bench) -> None:
     assert bench.system is not None
     p = bench.plan
     system = bench.system
+    compactions = await wait_for_compactions(bench)
     host, port = bench.infra.cassandra_contact.rsplit(":", 1)
     proxy_port = bench.args.base_port + 50
     say(f"latency scaling: proxy 127.0.0.1:{proxy_port} -> {host}:{port}, +{p.scale_delay_ms:g} ms each way")
@@ -173,6 +203,7 @@ async def run(bench: Bench) -> None:
         "run_order": list(runs),
         "cpu_s_per_1k_rows": first.get("cpu_s_per_1k_rows"),
         "cores": os.cpu_count(),
+        "compactions": compactions,
     }
     bench.details["latency_scaling"] = {
         "runs": runs,
@@ -180,7 +211,9 @@ async def run(bench: Bench) -> None:
             f"A TCP proxy (`bench/latency_proxy.py`, its own process) adds {p.scale_delay_ms:g} ms each way "
             f"between the services and Cassandra (CQL round trip {direct_rtt:.2f} ms direct, "
             f"{proxied_rtt:.2f} ms through it; the driver was checked to know only the proxy's address). "
-            "social-graph is restarted behind it; for each run N tweet-store replicas are started behind it and "
+            "Before the first run the harness waits (up to 15 minutes) for Cassandra to finish compacting what "
+            "earlier phases wrote. social-graph is restarted behind it; for each run N tweet-store replicas are "
+            "started behind it and "
             "N fan-out workers, worker i writing through replica i (`FANLINE_TWEET_STORE_URL`). "
             f"{p.scale_tweets} tweets by {p.backlog_authors} authors with {p.backlog_followers:,} followers each "
             "(spread evenly over the events topic's partitions) are posted through the gateway while no worker "
@@ -230,6 +263,8 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     # workers already running would drain it as fast as it is posted — the
     # rate measured would be the posting rate, whatever N (it was, for 4).
     base_rows = await asyncio.to_thread(bench.rows_written) or 0.0
+    graph_url = f"http://127.0.0.1:{system.ports['social-graph']}/metrics"
+    graph_before = await asyncio.to_thread(prometheus.scrape_all, graph_url)
     posted = await bench.post_backlog(p.scale_tweets)
     expected = p.scale_tweets * (p.backlog_followers + 1)
     pids = component_pids(bench, proxy_pid)
@@ -249,6 +284,7 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     series = await polling
     limits = [await asyncio.to_thread(prometheus.scrape, f"{u}/metrics", "fanline_fanout_write_limit") for u in urls]
     cpu_after = await asyncio.to_thread(cpu_snapshot, pids)
+    hops = await asyncio.to_thread(_hop_latencies, system, urls, graph_url, graph_before)
     busy1, total1 = _machine_busy_s()
     series = [(t, v - base_rows) for t, v in series]
     rate, window = steady_rate(series, expected, all_ready)
@@ -268,5 +304,25 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
         "write_limit_at_end": [None if v is None else round(v, 1) for v in limits],
         "machine_cpu_utilisation": util and round(util, 3),
         "cpu_bound": None if util is None else util >= CPU_BOUND_UTILISATION,
-        "cpu_s_per_1k_rows": per_1k, "verified_sample": verified,
+        "cpu_s_per_1k_rows": per_1k, "verified_sample": verified, "hop_latency": hops,
+    }
+
+
+def _hop_latencies(system: Any, replica_urls: list[str], graph_url: str,
+                   graph_before: dict[str, float]) -> dict[str, Any]:
+    """Where a run's time went, hop by hop: the mean latency (ms) and count
+    of the workers' calls to their peers, the replicas' Cassandra
+    statements, and social-graph's (which outlives the run: the difference
+    of two scrapes). Workers and replicas start with each run, so their
+    totals are the run's."""
+    def means(url: str, metric: str, before: dict[str, float] | None = None) -> list[dict[str, Any]]:
+        return prometheus.histogram_means(before or {}, prometheus.scrape_all(url), metric)
+
+    workers = [f"http://127.0.0.1:{port}/metrics" for port in system.worker_ports.values()]
+    return {
+        "worker_peer_calls": [m for u in workers for m in means(u, "fanline_peer_request_duration_seconds")],
+        "worker_page_writes": [m for u in workers for m in means(u, "fanline_fanout_page_duration_seconds")],
+        "replica_cassandra": [m for u in replica_urls
+                              for m in means(f"{u}/metrics", "fanline_cassandra_statement_duration_seconds")],
+        "social_graph_cassandra": means(graph_url, "fanline_cassandra_statement_duration_seconds", graph_before),
     }
