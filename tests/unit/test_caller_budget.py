@@ -11,8 +11,6 @@ pages for ~300 s each while their retries queued behind them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 import uuid
 from typing import Any
 
@@ -134,11 +132,9 @@ def test_a_far_cassandra_widens_a_pages_window_so_its_round_trips_fit_a_quarter_
     assert AdaptiveLimit(LimitPolicy(), busy=lambda: False).page_window(100, 4, 8.0) == 4  # nothing timed yet
 
 
-async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_write(monkeypatch: Any) -> None:
-    from fanline_tweet_store import limiter
+async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_write() -> None:
     from fanline_tweet_store.limiter import PageRefused, page_budget
 
-    monkeypatch.setattr(limiter, "PAGE_WAIT_SHARE", 0.0)  # refused at the door, no wait (tested below)
     lim = _limit(0.4, limit=10)
     written: list[int] = []
 
@@ -181,73 +177,3 @@ async def test_pending_writes_are_counted_until_done_and_given_back_on_failure()
     with pytest.raises(RuntimeError):
         await task
     assert lim.pending == 0  # the ones never started are given back too
-
-
-async def test_a_page_that_does_not_fit_yet_waits_at_the_door_and_starts_when_the_writes_ahead_drain() -> None:
-    """Behind a 400 ms round trip, refusing at once sent pages back to the
-    worker 2.6-6.9 times each; now a page waits (up to PAGE_WAIT_SHARE of
-    its budget) and starts as soon as it fits."""
-    from fanline_tweet_store.limiter import page_budget
-
-    lim = _limit(0.4, limit=10)
-    gate = asyncio.Event()
-    written: list[str] = []
-
-    async def write(item: str) -> None:
-        if item.startswith("a"):
-            await gate.wait()
-        written.append(item)
-
-    async def page(prefix: str, n: int) -> None:
-        with page_budget(8.0):
-            await lim.write_all([f"{prefix}{i}" for i in range(n)], write, 10)
-
-    first = asyncio.create_task(page("a", 150))  # nothing pending: admitted; 150 writes ahead
-    await asyncio.sleep(0)
-    second = asyncio.create_task(page("b", 10))  # (150 + 10) / 10 x 0.4 s = 6.4 s > 4 s: waits
-    await asyncio.sleep(0.05)
-    assert not second.done() and not any(w.startswith("b") for w in written) and lim.pending == 150
-    gate.set()
-    await asyncio.wait_for(asyncio.gather(first, second), 2)
-    assert sum(w.startswith("b") for w in written) == 10 and lim.pending == 0
-
-
-async def test_a_page_still_not_fitting_after_its_wait_is_refused_and_leaves_nothing_counted() -> None:
-    from fanline_tweet_store.limiter import PageRefused, page_budget
-
-    lim = _limit(0.4, limit=10)
-    lim.pending = 150  # writes ahead that never drain
-    started = time.monotonic()
-    with page_budget(1.0), pytest.raises(PageRefused):
-        await lim.write_all(range(10), _never_called, 4)
-    assert 0.15 <= time.monotonic() - started < 1.0  # waited ~PAGE_WAIT_SHARE (0.2) of its 1 s
-    assert lim.pending == 150
-
-
-async def test_an_ordinary_page_at_the_door_goes_before_an_earlier_bulk_one() -> None:
-    from fanline_tweet_store.limiter import bulk_writes, page_budget
-
-    lim = _limit(0.4, limit=10)
-    lim.pending = 150
-    order: list[str] = []
-
-    async def page(name: str, bulk: bool) -> None:
-        async def write(_: int) -> None:
-            order.append(name)
-
-        with page_budget(8.0), (bulk_writes() if bulk else contextlib.nullcontext()):
-            await lim.write_all(range(1), write, 1)
-
-    bulk = asyncio.create_task(page("bulk", True))
-    await asyncio.sleep(0)
-    ordinary = asyncio.create_task(page("ordinary", False))
-    await asyncio.sleep(0.01)
-    assert order == []
-    lim.pending = 0
-    lim._wake_pages()
-    await asyncio.wait_for(asyncio.gather(bulk, ordinary), 2)
-    assert order == ["ordinary", "bulk"]
-
-
-async def _never_called(_: object) -> None:
-    raise AssertionError("a refused page must write nothing")

@@ -76,13 +76,6 @@ _BUDGET: ContextVar[float | None] = ContextVar("fanline_page_budget", default=No
 # may take at the current pace before it is refused without starting.
 PAGE_ROUNDS_SHARE = 0.25
 PAGE_ADMIT_SHARE = 0.5
-# Of a page's budget: how long a page that does not fit yet waits at the
-# door (first come, first served; ordinary pages before bulk ones) for the
-# writes ahead of it to drain, before it is refused. Refusing at once made
-# the workers send it again after a pause: behind a 400 ms round trip, 2.6
-# to 6.9 calls per page with 1 to 4 worker/replica pairs, each a 1,000-row
-# body parsed again, and replicas idle while pages were away.
-PAGE_WAIT_SHARE = 0.2
 
 
 class PageRefused(Exception):
@@ -155,9 +148,6 @@ class AdaptiveLimit:
         # moving average of write latency: the pace a new page would get.
         self.pending = 0
         self.latency: float | None = None
-        # Pages waiting at the door: (writes, budget, future), per class.
-        self._pages: deque[tuple[int, float, asyncio.Future[None]]] = deque()
-        self._bulk_pages: deque[tuple[int, float, asyncio.Future[None]]] = deque()
         metrics.FANOUT_WRITE_LIMIT.set(self.limit)
 
     @property
@@ -244,61 +234,6 @@ class AdaptiveLimit:
             self.limit = min(float(self._p.maximum), self.limit + 1.0 / self.limit)
         metrics.FANOUT_WRITE_LIMIT.set(self.limit)
         self._wake()
-        self._wake_pages()
-
-    def _fits(self, requests: int, budget: float) -> bool:
-        return self.pending == 0 or self.expected_s(requests) <= budget * PAGE_ADMIT_SHARE
-
-    def _wake_pages(self) -> None:
-        """Admit the waiting pages that fit now, in order, ordinary ones
-        first (a bulk page waits while an ordinary one does)."""
-        for queue in (self._pages, self._bulk_pages):
-            while queue:
-                requests, budget, fut = queue[0]
-                if fut.done():
-                    queue.popleft()
-                    continue
-                if not self._fits(requests, budget):
-                    return
-                queue.popleft()
-                self.pending += requests  # reserved for it before it runs
-                fut.set_result(None)
-
-    async def _admit(self, requests: int, budget: float) -> None:
-        """Count a page's ``requests`` writes as pending once they fit in
-        ``PAGE_ADMIT_SHARE`` of its budget behind the writes already pending,
-        waiting at most ``PAGE_WAIT_SHARE`` of it; else ``PageRefused``."""
-        bulk = _BULK.get()
-        queue = self._bulk_pages if bulk else self._pages
-        ahead = bool(self._pages) or (bulk and bool(self._bulk_pages))
-        if not ahead and self._fits(requests, budget):
-            self.pending += requests
-            return
-        wait = budget * PAGE_WAIT_SHARE
-        if wait <= 0:
-            raise PageRefused(self.expected_s(requests), budget)
-        entry = (requests, budget, asyncio.get_running_loop().create_future())
-        fut = entry[2]
-        queue.append(entry)
-        try:
-            async with asyncio.timeout(wait):
-                await fut
-        except TimeoutError:
-            if not (fut.done() and not fut.cancelled()):
-                raise PageRefused(self.expected_s(requests), budget) from None
-            # admitted just as the wait ran out: keep it (already counted)
-        except BaseException:
-            if fut.done() and not fut.cancelled():
-                self.pending -= requests  # admitted, then cancelled: give the room back
-                self._wake_pages()
-            raise
-        finally:
-            if not fut.done():
-                fut.cancel()
-            try:
-                queue.remove(entry)
-            except ValueError:
-                pass  # _wake_pages took it off the queue
 
     async def run(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run one write under the limit, timing it."""
@@ -339,25 +274,24 @@ class AdaptiveLimit:
         call and each under the shared limit; the first failure stops the
         rest and propagates once the writes in flight settle.
 
-        Inside ``page_budget``: started only once the writes pending here
-        plus these would take at most ``PAGE_ADMIT_SHARE`` of the budget at
-        the current pace — waiting for that at most ``PAGE_WAIT_SHARE`` of
-        it, else refused with ``PageRefused`` before writing anything — so
-        what is admitted finishes, and a backlog waits or is refused at the
-        door instead of every page starting and none finishing in time; and
-        the window is widened by ``page_window``. Never refused with nothing
-        pending: the limit only grows while writes run, so refusing the
-        first page (a far Cassandra, a limit still at its start) would
-        refuse every page after it too."""
+        Inside ``page_budget``: refused with ``PageRefused`` before writing
+        anything if the writes pending here plus these would take more than
+        ``PAGE_ADMIT_SHARE`` of the budget at the current pace — so what is
+        admitted finishes, and a backlog is refused at the door instead of
+        every page starting and none finishing in time — and the window is
+        widened by ``page_window``."""
         todo = list(items)
         budget = _BUDGET.get()
-        if budget is not None and todo:
-            await self._admit(len(todo), budget)
-        else:
-            self.pending += len(todo)
+        # Never refused with nothing pending: the limit only grows while
+        # writes run, so refusing the first page (a far Cassandra, a limit
+        # still at its start) would refuse every page after it too.
+        if budget is not None and todo and self.pending > 0 \
+                and (expected := self.expected_s(len(todo))) > budget * PAGE_ADMIT_SHARE:
+            raise PageRefused(expected, budget)
         window = self.page_window(len(todo), window, budget)
         queue = iter(todo)
         failed: list[BaseException] = []
+        self.pending += len(todo)
         left = len(todo)
 
         async def worker() -> None:
@@ -373,12 +307,10 @@ class AdaptiveLimit:
                 finally:
                     left -= 1
                     self.pending -= 1
-                    self._wake_pages()
 
         try:
             await asyncio.gather(*(worker() for _ in range(max(1, window))))
         finally:
             self.pending -= left  # items never started (a failure, or cancelled)
-            self._wake_pages()
         if failed:
             raise failed[0]
