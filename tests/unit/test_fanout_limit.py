@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
 
 from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy, bulk_writes
 
@@ -55,9 +56,12 @@ def test_busy_tolerates_less_queueing_than_idle() -> None:
 def test_a_failed_write_shrinks_the_limit() -> None:
     clock = Clock()
     limit = AdaptiveLimit(LimitPolicy(initial=10), busy=lambda: False, clock=clock)
+    before = REGISTRY.get_sample_value("fanline_fanout_write_limit_decreases_total", {"cause": "failed"}) or 0.0
     limit.in_flight = 1
     limit.release(None)
     assert limit.limit == 8
+    # Counted by cause, so a dashboard shows what keeps the limit down.
+    assert REGISTRY.get_sample_value("fanline_fanout_write_limit_decreases_total", {"cause": "failed"}) == before + 1
 
 
 async def test_write_all_keeps_the_page_window_and_the_shared_limit() -> None:

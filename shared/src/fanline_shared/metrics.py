@@ -198,6 +198,11 @@ FANOUT_WRITE_LIMIT = Gauge(
     "fanline_fanout_write_limit", "Fan-out writes tweet-store lets in flight now (adaptive, limiter.py)",
     multiprocess_mode="livemax",
 )
+FANOUT_WRITE_LIMIT_DECREASES = Counter(
+    "fanline_fanout_write_limit_decreases_total",
+    "Times tweet-store's fan-out write limit shrank, by cause: writes slow while users were served (busy), "
+    "slow while idle, or a write that failed", ["cause"],
+)
 FANOUT_PAGES_EXPIRED = Counter(
     "fanline_fanout_pages_expired_total",
     "Fan-out pages tweet-store did not write within the caller's budget (503; the worker sends them again), "

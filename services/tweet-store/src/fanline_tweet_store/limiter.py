@@ -219,7 +219,8 @@ class AdaptiveLimit:
             # GC pause, a flush) moves it 10 %, a slowdown that lasts ~10 % a write.
             self.latency = rtt_s if self.latency is None else 0.9 * self.latency + 0.1 * min(rtt_s, 2 * self.latency)
         baseline = self.baseline if self.baseline != float("inf") else 0.0
-        tolerance = self._p.busy_tolerance if self._busy() else self._p.idle_tolerance
+        busy = self._busy()
+        tolerance = self._p.busy_tolerance if busy else self._p.idle_tolerance
         latency = self.latency if self.latency is not None else 0.0
         # Vegas: how many of our writes are waiting somewhere, not being served.
         queued = self.in_flight * (1.0 - baseline / latency) if latency > 0 else 0.0
@@ -228,6 +229,8 @@ class AdaptiveLimit:
             if now - self._last_decrease > max(baseline, 0.001):
                 self.limit = max(float(self._p.minimum), self.limit * self._p.backoff)
                 self._last_decrease = now
+                cause = "failed" if rtt_s is None else "slow_busy" if busy else "slow_idle"
+                metrics.FANOUT_WRITE_LIMIT_DECREASES.labels(cause).inc()
         elif self.in_flight * 2 >= self.limit:
             # Using the limit (at least half of it, as Netflix's AIMD counts)
             # and still fast: up to one more per round trip.
