@@ -224,3 +224,20 @@ def test_since_id_is_optional_and_canonical() -> None:
     tid = str(new_timeuuid())
     assert validate_since_id(None) is None
     assert validate_since_id(tid) == tid
+
+
+async def test_a_resumed_stream_does_not_send_the_tweet_it_resumed_from_again() -> None:
+    """The client sent the id, so it has the tweet; the tweet's live update
+    can still arrive after the reconnect when it was posted just before (a
+    fresh-clone CI run saw the public stream send it after the backfill)."""
+    from fanline_api.streaming import relay
+
+    hub, tweets = make_hub({})
+    public = hub.open_public()
+    first, created_first = tweets.add("author")
+    second, created_second = tweets.add("author")
+    await hub.dispatch([created_second, created_first])  # the older one's update arrives last
+    public.offer(CLOSE)  # ends the relay once what is queued is read
+    sent = [e async for e in relay(hub, public, [second], resumed_from=first["id"])]
+    ids = [getattr(e, "id", None) for e in sent]
+    assert ids.count(second["id"]) == 1 and first["id"] not in ids
