@@ -151,24 +151,22 @@ def _rates(text: str) -> tuple[float, ...]:
     return rates
 
 
-def _counts(text: str) -> tuple[int, ...]:
+def _int_list(text: str, minimum: int, what: str) -> tuple[int, ...]:
     try:
         counts = tuple(int(c) for c in text.split(",") if c.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not counts or any(c < 5 for c in counts):
-        raise argparse.ArgumentTypeError(f"follower counts must be at least 5 (five watchers): {text!r}")
+    if not counts or any(c < minimum for c in counts):
+        raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}: {text!r}")
     return counts
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    return _int_list(text, 5, "follower counts (five watchers)")
 
 
 def _counts_any(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(c) for c in text.split(",") if c.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not counts or any(c < 1 for c in counts):
-        raise argparse.ArgumentTypeError(f"counts must be at least 1: {text!r}")
-    return counts
+    return _int_list(text, 1, "counts")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
