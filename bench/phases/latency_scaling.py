@@ -285,6 +285,7 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     limits = [await asyncio.to_thread(prometheus.scrape, f"{u}/metrics", "fanline_fanout_write_limit") for u in urls]
     cpu_after = await asyncio.to_thread(cpu_snapshot, pids)
     hops = await asyncio.to_thread(_hop_latencies, system, urls, graph_url, graph_before)
+    shrinks = await asyncio.to_thread(_limit_events, urls)
     busy1, total1 = _machine_busy_s()
     series = [(t, v - base_rows) for t, v in series]
     rate, window = steady_rate(series, expected, all_ready)
@@ -305,7 +306,21 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
         "machine_cpu_utilisation": util and round(util, 3),
         "cpu_bound": None if util is None else util >= CPU_BOUND_UTILISATION,
         "cpu_s_per_1k_rows": per_1k, "verified_sample": verified, "hop_latency": hops,
+        "limit_decreases_and_pages_shed": shrinks,
     }
+
+
+def _limit_events(replica_urls: list[str]) -> list[dict[str, float]]:
+    """Per replica (they start with each run, so totals are the run's): why
+    its fan-out limit shrank (``fanline_fanout_write_limit_decreases_total``
+    by cause) and the pages it refused or let expire."""
+    out = []
+    for url in replica_urls:
+        scraped = prometheus.scrape_all(f"{url}/metrics")
+        out.append({k.split("{", 1)[1].rstrip("}"): v for k, v in scraped.items()
+                    if k.startswith(("fanline_fanout_write_limit_decreases_total{",
+                                     "fanline_fanout_pages_expired_total{"))})
+    return out
 
 
 def _hop_latencies(system: Any, replica_urls: list[str], graph_url: str,
