@@ -131,6 +131,9 @@ class CassandraHomeTimeline(Repository):
         single-row inserts under the window alone, as before batching."""
         if self._limit is not None:
             window = self._concurrency() if callable(self._concurrency) else self._concurrency
+            # Refused (if it is) before the rows are bound and grouped: at
+            # least this many requests, whatever the grouping.
+            self._limit.admit(-(-len(rows) // self._batch_rows))
             requests: list[Any] = (replica_batches(self._session, statement, rows, rows=self._batch_rows)
                                    if self._batch_rows > 1 else [statement.bind(r) for r in rows])
             session = self._session
