@@ -89,9 +89,14 @@ async def test_acks_per_partition_in_offset_order_whatever_the_finishing_order()
     order_errors: list[str] = []
     acked: list[Ev] = []
 
+    active = [0, 0]  # now, most at once
+
     async def process(event: Ev) -> None:
+        active[0] += 1
+        active[1] = max(active[1], active[0])
         await asyncio.sleep(rng.random() / 200)
         done.add(event)
+        active[0] -= 1
 
     async def ack(event: Ev) -> None:
         # Never acked before it and every earlier event of its partition are done.
@@ -106,9 +111,36 @@ async def test_acks_per_partition_in_offset_order_whatever_the_finishing_order()
         assert p.running <= 8
     await asyncio.wait_for(p.drain(), 5)
     await p.close()
+    assert active[1] <= 8  # never more than the window at once
     assert order_errors == []
     for partition in range(3):
         assert [e.offset for e in acked if e.partition == partition] == list(range(60))
+
+
+async def test_an_event_waiting_in_its_lane_holds_no_slot() -> None:
+    """Few authors, several tweets each (a worker's share of partitions):
+    a1 and a2 wait for the slow a0 without taking the slots b and c need."""
+    slow = asyncio.Event()
+    started: list[str] = []
+
+    async def process(event: Ev) -> None:
+        started.append(f"{event.key}{event.offset}")
+        if event.offset == 0:
+            await slow.wait()
+
+    acked: list[Ev] = []
+    p = pipeline(process, acked, window=2)
+    for offset, key in enumerate("aaabc"):
+        await asyncio.wait_for(p.submit(Ev(0, offset, key)), 1)
+    await asyncio.sleep(0.01)
+    assert started == ["a0", "b3", "c4"]
+    assert p.running == 1  # a0 (a1 and a2 wait in its lane, without a slot)
+    slow.set()
+    await asyncio.wait_for(p.drain(), 1)
+    assert started == ["a0", "b3", "c4", "a1", "a2"]
+    assert [e.offset for e in acked] == [0, 1, 2, 3, 4]
+    assert p.running == 0
+    await p.close()
 
 
 async def test_unacked_events_are_bounded_behind_a_slow_one() -> None:
