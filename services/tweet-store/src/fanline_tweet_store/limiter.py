@@ -12,13 +12,15 @@ baseline), and
 * **grows** while the writes it has in flight come back within ``tolerance
   x baseline`` and it uses at least half of its limit: by one write per
   write that comes back (doubling per round trip, TCP's slow start) while
-  Vegas' estimate of our writes waiting (below) is under ``probe_queue`` —
-  there is no queue of ours at all — and by one write per round trip once
-  there is one. Without the fast phase a limit started at 8 needed ~250
-  round trips to reach 256: about 100 s with Cassandra 0.4 s away, longer
-  than a whole drain of 500,000 rows (the benchmark's latency-scaling phase
-  ended with four replicas' limits still climbing at ~170, never having
-  shrunk once);
+  the writes are within ``probe_share`` of the baseline (plus ``slack_s``)
+  — no queue anywhere, the delay-increase exit of TCP's HyStart — and by
+  one write per round trip past that. Without the fast phase a limit
+  started at 8 needed ~250 round trips to reach 256: about 100 s with
+  Cassandra 0.4 s away, longer than a whole drain of 500,000 rows (the
+  benchmark's latency-scaling phase ended with four replicas' limits still
+  climbing at ~170, never having shrunk once). Judged by Vegas' count of
+  our writes waiting instead (fast while under one), it left the fast
+  phase at ~30 in flight: 3 % of jitter through the proxy is one write in 30;
 * **shrinks** by ``backoff`` (at most once per round trip) when its writes
   take longer — a queue is building at Cassandra — and that queue can be
   ours: the moving average of write latency (not one write: a single slow
@@ -136,8 +138,8 @@ class LimitPolicy:
     slack_s: float = 0.002
     # Fewer of our writes than this estimated waiting never shrink the limit.
     queue_floor: float = 4.0
-    # Fewer than this estimated waiting: no queue of ours, grow fast.
-    probe_queue: float = 1.0
+    # Writes within this share of the baseline (+ slack_s): no queue, grow fast.
+    probe_share: float = 0.125
 
 
 class AdaptiveLimit:
@@ -244,9 +246,10 @@ class AdaptiveLimit:
                 metrics.FANOUT_WRITE_LIMIT_DECREASES.labels(cause).inc()
         elif self.in_flight * 2 >= self.limit:
             # Using the limit (at least half of it, as Netflix's AIMD counts)
-            # and still fast: with no queue of ours, one more per write (double
-            # per round trip); with one, up to one more per round trip.
-            step = 1.0 if queued < self._p.probe_queue else 1.0 / self.limit
+            # and still fast: with no queue at all, one more per write (double
+            # per round trip); past that, up to one more per round trip.
+            no_queue = latency <= baseline * (1.0 + self._p.probe_share) + self._p.slack_s
+            step = 1.0 if no_queue else 1.0 / self.limit
             self.limit = min(float(self._p.maximum), self.limit + step)
         metrics.FANOUT_WRITE_LIMIT.set(self.limit)
         self._wake()
