@@ -102,6 +102,10 @@ class Plan:
     read_authors: int = 20
     reader_follows: int = 5
     read_author_tweets: int = 10
+    # Authors of the latency-scaling backlog (0: the backlog authors). Each
+    # worker needs more distinct authors than its event slots
+    # (FANLINE_FANOUT_BATCH, 16): events of one author run in order.
+    scale_authors: int = 0
 
 
 # Sized for a 2-core machine shared with other jobs, where one Cassandra node
@@ -127,7 +131,7 @@ FULL = Plan(mode="full", posts_per_group=300, sync_posts=(100, 100, 100, 50), po
             celebrity_counts=(1000, 10_000, 100_000, 1_000_000), celebrity_posts=5, celebrity_gap_s=1.0,
             ordinary_authors=10, ordinary_followers=100, ordinary_rate=1.0, ordinary_min_s=20,
             read_large_counts=(0, 10, 100), read_large_threshold=100, read_large_readers=10, scale_tweets=256,
-            scale_delay_ms=200.0, scale_counts=(1, 2, 4, 1))
+            scale_delay_ms=200.0, scale_counts=(1, 2, 4, 1), scale_authors=256)
 
 
 class BenchError(RuntimeError):
@@ -152,7 +156,7 @@ def partition_of(key: str, partitions: int = PARTITIONS) -> int:
     return int(DefaultPartitioner()(key.encode(), list(range(partitions)), list(range(partitions))))
 
 
-def balanced_authors(tag: str, count: int) -> list[str]:
+def balanced_authors(tag: str, count: int, stem: str = "b") -> list[str]:
     """``count`` author names spread evenly over the events topic's partitions
     (key = the lower-cased author), so 1, 2 and 4 workers get equal shares."""
     per = max(1, count // PARTITIONS)
@@ -160,7 +164,7 @@ def balanced_authors(tag: str, count: int) -> list[str]:
     used: dict[int, int] = {}
     k = 0
     while len(chosen) < count:
-        name = f"a{tag}b{k:03d}"
+        name = f"a{tag}{stem}{k:03d}"
         k += 1
         p = partition_of(name)
         if used.get(p, 0) < per or k > 5000:

@@ -384,10 +384,13 @@ class Bench:
         say(f"  home readers: {len(self.home_readers)} accounts, each following its own {p.reader_follows} of "
             f"{len(self.read_authors)} authors")
 
-    async def post_backlog(self, tweets: int) -> list[tuple[str, str]]:
-        """Post ``tweets`` from the backlog authors (round robin); (author, id)."""
+    async def post_backlog(self, tweets: int, authors: list[str] | None = None) -> list[tuple[str, str]]:
+        """Post ``tweets`` from ``authors`` (default: the backlog authors),
+        round robin; (author, id)."""
+        who = authors or self.backlog_authors
+
         async def one(i: int) -> tuple[str, str]:
-            author = self.backlog_authors[i % len(self.backlog_authors)]
+            author = who[i % len(who)]
             _, tid, _ = await self.post_ours(author, f"backlog tweet {i}")
             return author, tid
 

@@ -32,8 +32,8 @@ from typing import Any
 from fanline_shared import cassandra as cql
 from fanline_shared.config import StorageSettings
 
-from .. import procs, prometheus
-from ..common import BenchError, say
+from .. import procs, prometheus, seed
+from ..common import BenchError, balanced_authors, say
 from ..harness import Bench
 from .scaling import crossing, verify_delivered
 
@@ -151,10 +151,31 @@ async def wait_for_compactions(bench: Bench, timeout_s: float = 900.0) -> dict[s
     return {"pending_at_start": first, "pending_after_wait": last, "waited_s": waited}
 
 
+async def seed_authors(bench: Bench) -> list[str]:
+    """The backlog's authors: ``Plan.scale_authors`` of their own (signed up
+    through the API, each followed by the first ``backlog_followers`` of the
+    pool, bulk-loaded), or the backlog authors if 0. A worker runs the
+    events of one author one after another, so with the 64 backlog authors
+    each of 4 workers held 16 authors for its 16 event slots and any author
+    between two tweets left a slot empty: the ratio measured the backlog."""
+    p = bench.plan
+    if not p.scale_authors:
+        return bench.backlog_authors
+    authors = balanced_authors(bench.tag, p.scale_authors, stem="s")
+    await bench.gather_limited([bench.sign_up(a) for a in authors], 4)
+    edges = [(seed.pool_name(bench.tag, i), a) for a in authors for i in range(p.backlog_followers)]
+    rows, _ = await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges, [])
+    for a in authors:
+        bench.graph.followers[a] = p.backlog_followers
+    say(f"  {len(authors)} authors of the backlog, {p.backlog_followers:,} followers each ({rows:,} rows)")
+    return authors
+
+
 async def run(bench: Bench) -> None:
     assert bench.system is not None
     p = bench.plan
     system = bench.system
+    authors = await seed_authors(bench)
     compactions = await wait_for_compactions(bench)
     host, port = bench.infra.cassandra_contact.rsplit(":", 1)
     proxy_port = bench.args.base_port + 50
@@ -176,7 +197,7 @@ async def run(bench: Bench) -> None:
         await asyncio.to_thread(system.restart_service, "social-graph", proxied_env)
         for count in p.scale_counts:
             label = str(count) if str(count) not in runs else f"{count} again"
-            runs[label] = await _one_run(bench, count, proxied_env, proxy.pid)
+            runs[label] = await _one_run(bench, count, proxied_env, proxy.pid, authors)
     finally:
         await asyncio.to_thread(system.stop_workers)
         await asyncio.to_thread(system.stop_replicas)
@@ -215,7 +236,7 @@ async def run(bench: Bench) -> None:
             "earlier phases wrote. social-graph is restarted behind it; for each run N tweet-store replicas are "
             "started behind it and "
             "N fan-out workers, worker i writing through replica i (`FANLINE_TWEET_STORE_URL`). "
-            f"{p.scale_tweets} tweets by {p.backlog_authors} authors with {p.backlog_followers:,} followers each "
+            f"{p.scale_tweets} tweets by {len(authors)} authors with {p.backlog_followers:,} followers each "
             "(spread evenly over the events topic's partitions) are posted through the gateway while no worker "
             "runs, then the N workers are started at once and drain them: rows/s from the later of 10 % of the "
             "rows and the moment the last worker was ready, to 90 %, from the workers' "
@@ -249,7 +270,8 @@ def steady_rate(series: list[tuple[float, float]], expected: float,
     return rate, {"from_share": round(v0 / expected, 3), "to_share": 0.9, "seconds": round(t90 - t0, 2)}
 
 
-async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_pid: int) -> dict[str, Any]:
+async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_pid: int,
+                   authors: list[str]) -> dict[str, Any]:
     assert bench.system is not None
     system = bench.system
     p = bench.plan
@@ -265,7 +287,7 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     base_rows = await asyncio.to_thread(bench.rows_written) or 0.0
     graph_url = f"http://127.0.0.1:{system.ports['social-graph']}/metrics"
     graph_before = await asyncio.to_thread(prometheus.scrape_all, graph_url)
-    posted = await bench.post_backlog(p.scale_tweets)
+    posted = await bench.post_backlog(p.scale_tweets, authors)
     expected = p.scale_tweets * (p.backlog_followers + 1)
     pids = component_pids(bench, proxy_pid)
     cpu_before = await asyncio.to_thread(cpu_snapshot, pids)
