@@ -66,14 +66,23 @@ def split_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
     system.stop()
 
 
-async def split(bootstrap: str, topics: list[str]) -> dict[str, int]:
-    """Add partitions; returns the partition count each topic now has."""
+async def split(bootstrap: str, topics: list[str], timeout_s: float = 15.0) -> dict[str, int]:
+    """Add partitions; returns the partition count each topic then has.
+
+    CreatePartitions answers before every metadata cache has the new count
+    (a fresh-clone CI run read 2 right after growing to 6), so the count is
+    read until it shows, for at most ``timeout_s``."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_partitions({t: NewPartitions(total_count=AFTER) for t in topics})
-        described = await admin.describe_topics(topics)
-        return {d["topic"]: len(d["partitions"]) for d in described}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            described = await admin.describe_topics(topics)
+            counts = {d["topic"]: len(d["partitions"]) for d in described}
+            if all(n == AFTER for n in counts.values()) or time.monotonic() > deadline:
+                return counts
+            await asyncio.sleep(0.2)
     finally:
         await admin.close()
 
