@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -139,6 +140,38 @@ def _drain(urls: dict[str, str], timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+class GateSampler:
+    """Samples each service's admission gate (``fanline_admission_limit``,
+    ``_in_flight``, ``_waiting``) every ``every_s`` while a load runs, in a
+    thread: how the adaptive limit moved, beside the latencies it caused."""
+
+    GAUGES = ("fanline_admission_limit", "fanline_admission_in_flight", "fanline_admission_waiting")
+
+    def __init__(self, urls: dict[str, str], every_s: float = 1.0) -> None:
+        self._urls = {n: u for n, u in urls.items() if not n.startswith("fanout-worker")}
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.samples: list[dict[str, Any]] = []
+
+    def _loop(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.wait(self._every):
+            row: dict[str, Any] = {"t": round(time.monotonic() - t0, 1)}
+            for name, url in self._urls.items():
+                scraped = prometheus.scrape_all(url)
+                row[name] = [next((v for k, v in scraped.items() if k.startswith(g + "{")), None) for g in self.GAUGES]
+            self.samples.append(row)
+
+    def __enter__(self) -> GateSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)
 
@@ -197,7 +230,8 @@ def run_step(target: Target, seeded: Seeded, rate: float, duration_s: float, wor
     _drain(urls, max(drain_s, 120.0))
     before = scrape_everything(urls)
     cpu_before = loadgen.cpu_clocks(target.pids())
-    run = loadgen.attack(targets_file, rate, duration_s, workdir)
+    with GateSampler(urls) as gates:
+        run = loadgen.attack(targets_file, rate, duration_s, workdir)
     cpu_after = loadgen.cpu_clocks(target.pids())  # before the drain: the load's own CPU
     _drain(urls, drain_s)
     after = scrape_everything(urls)
@@ -216,6 +250,8 @@ def run_step(target: Target, seeded: Seeded, rate: float, duration_s: float, wor
         "generator": {"tool": f"vegeta {loadgen.VEGETA_VERSION}", "cpu_s": round(run.cpu_s, 2),
                       "cpu_s_per_1k_requests": round(run.cpu_s * 1000 / sent, 3) if sent else None,
                       "wall_s": round(run.wall_s, 1)},
+        # Per second: {"t": s, service: [limit, in flight, waiting]}.
+        "admission_gates": gates.samples,
     }
     t = summary["total"]
     say(f"  {rate:g}/s for {duration_s:g}s: achieved {t['achieved_rate_per_s']}/s, accepted {t['accepted']} "
