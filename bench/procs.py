@@ -54,22 +54,23 @@ class BenchSystem(System):
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
-        env = {**self.env(), **self.env_overrides.get(name, {}), **(env or {})}
+        env = {**self.env(), **self.role_env(name), **self.env_overrides.get(name, {}), **(env or {})}
         self.procs[name] = subprocess.Popen(
             argv, env=env, cwd=self.data_dir, stdout=out, stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_system._die_with_parent,
+            preexec_fn=_system.child_setup(self.nice_of(name)),
         )
         if out is not None:
             os.close(out)
 
     def start_core(self, timeout: float = 180) -> None:
-        """social-graph, tweet-store and the gateway (no worker yet)."""
+        """social-graph, tweet-store (and the fan-out replica) and the gateway (no worker yet)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.check_ports_free()
+        core = tuple(n for n in self.services() if n != WORKER)
         try:
-            for name in ("social-graph", "tweet-store", "api"):
+            for name in core:
                 self.start_service(name)
-            self.wait_ready(timeout, services=("social-graph", "tweet-store", "api"))
+            self.wait_ready(timeout, services=core)
         except BaseException:
             self.stop()
             raise

@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,14 @@ MODULES = {
     "api": "fanline_api",
     "fanout-worker": "fanline_fanout",
 }
+# The optional replicas of the fan-out worker (System.fanout_replica): name ->
+# (service, port offset from base, the worker's URL variable, the port variable).
+FANOUT_REPLICA = "tweet-store-fanout"
+FANOUT_GRAPH_REPLICA = "social-graph-fanout"
+FANOUT_REPLICAS = {
+    FANOUT_GRAPH_REPLICA: ("social-graph", 4, "FANLINE_SOCIAL_GRAPH_URL", "FANLINE_SOCIAL_GRAPH_PORT"),
+    FANOUT_REPLICA: ("tweet-store", 5, "FANLINE_TWEET_STORE_URL", "FANLINE_TWEET_STORE_PORT"),
+}
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -44,6 +53,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     except OSError:
         pass
     os.setsid()
+
+
+def child_setup(nice: int = 0) -> Callable[[], None]:
+    """A child's ``preexec_fn``: die with the supervisor, in its own process
+    group, at CPU niceness ``nice`` (0: unchanged). Threads the child starts
+    later inherit it."""
+
+    def setup() -> None:  # pragma: no cover - runs in the child
+        _die_with_parent()
+        if nice:
+            os.nice(nice)
+
+    return setup
 
 
 def tansu_binary() -> str:
@@ -74,11 +96,39 @@ class System:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     internal_token: str = field(
         default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
+    # Background work at a lower CPU priority (docs/operations.md, "Background
+    # work and CPU priority"): ``fanout_replica`` starts a social-graph and a
+    # tweet-store replica (``social-graph-fanout``, ``tweet-store-fanout`` on
+    # ports base+4, base+5) that only the fan-out worker calls (follower pages,
+    # home-row writes), and the worker and those replicas run at niceness
+    # ``background_nice``: on shared cores a person's post or read preempts
+    # them, and the fan-out takes what is left. The gateway keeps its own.
+    fanout_replica: bool = False
+    background_nice: int = 0
 
     @property
     def ports(self) -> dict[str, int]:
         b = self.base_port
-        return {"api": b, "social-graph": b + 1, "tweet-store": b + 2, "fanout-worker": b + 3}
+        ports = {"api": b, "social-graph": b + 1, "tweet-store": b + 2, "fanout-worker": b + 3}
+        if self.fanout_replica:
+            ports.update({name: b + offset for name, (_, offset, _, _) in FANOUT_REPLICAS.items()})
+        return ports
+
+    def is_background(self, name: str) -> bool:
+        """The fan-out worker(s) and their replicas."""
+        return name.startswith("fanout-worker") or name in FANOUT_REPLICAS
+
+    def nice_of(self, name: str) -> int:
+        return self.background_nice if self.is_background(name) else 0
+
+    def role_env(self, name: str) -> dict[str, str]:
+        """Environment of one process on top of the system's (below any
+        explicit override): the workers call the fan-out replicas."""
+        if self.fanout_replica and name.startswith("fanout-worker"):
+            return {url_var: self.url(replica) for replica, (_, _, url_var, _) in FANOUT_REPLICAS.items()}
+        if name in FANOUT_REPLICAS:
+            return {FANOUT_REPLICAS[name][3]: str(self.ports[name])}
+        return {}
 
     @property
     def broker_port(self) -> int:
@@ -131,8 +181,8 @@ class System:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
         self.procs[name] = subprocess.Popen(
-            argv, env={**self.env(), **(env or {})}, cwd=REPO, stdout=out, stderr=subprocess.STDOUT if out else None,
-            preexec_fn=_die_with_parent,
+            argv, env={**self.env(), **self.role_env(name), **(env or {})}, cwd=REPO, stdout=out,
+            stderr=subprocess.STDOUT if out else None, preexec_fn=child_setup(self.nice_of(name)),
         )
         if out is not None:
             os.close(out)
@@ -149,7 +199,13 @@ class System:
         self.stop_service("broker")
 
     def start_service(self, name: str) -> None:
-        self._spawn(name, [self.python, "-m", MODULES[name]])
+        self._spawn(name, [self.python, "-m", MODULES[FANOUT_REPLICAS[name][0] if name in FANOUT_REPLICAS else name]])
+
+    def services(self) -> tuple[str, ...]:
+        """What ``start`` starts, in order (the fan-out replica before the worker)."""
+        if not self.fanout_replica:
+            return SERVICES
+        return ("social-graph", "tweet-store", *FANOUT_REPLICAS, "api", "fanout-worker")
 
     def replica_url(self, index: int) -> str:
         """Gateway replica ``index`` (1, 2, ...) listens on base + 5 + index."""
@@ -214,9 +270,9 @@ class System:
         self.check_ports_free()
         try:
             self.start_broker()
-            for name in SERVICES:
+            for name in self.services():
                 self.start_service(name)
-            self.wait_ready(timeout)
+            self.wait_ready(timeout, services=self.services())
         except BaseException:
             self.stop()
             raise
@@ -238,7 +294,8 @@ class System:
         """Stop the front (api, worker) first, then the rest, each group in
         parallel; anything still alive after ``timeout`` gets SIGKILL."""
         replicas = tuple(name for name in self.procs if name.startswith("api-"))
-        for group in (("api", "fanout-worker", *replicas), ("tweet-store", "social-graph", "broker")):
+        for group in (("api", "fanout-worker", *replicas),
+                      ("tweet-store", "social-graph", *FANOUT_REPLICAS, "broker")):
             procs = {name: self.procs.pop(name) for name in group if name in self.procs}
             for proc in procs.values():
                 if proc.poll() is None:
@@ -294,6 +351,10 @@ def main() -> int:
                         help="api, social-graph, tweet-store and worker listen on this port and the next three")
     parser.add_argument("--api-replicas", type=int, default=1,
                         help="gateway processes (the extra ones listen on base+6, base+7, ...)")
+    parser.add_argument("--fanout-replica", action="store_true",
+                        help="a social-graph and a tweet-store replica (base+4, base+5) only the fan-out worker calls")
+    parser.add_argument("--background-nice", type=int, default=0, choices=range(0, 20), metavar="0-19",
+                        help="CPU niceness of the fan-out worker and its replica (default 0)")
     args = parser.parse_args()
     # On a terminal readable lines beat JSON; FANLINE_LOG_FORMAT=json keeps JSON.
     console = {"FANLINE_LOG_FORMAT": os.environ.get("FANLINE_LOG_FORMAT", "console")}
@@ -305,9 +366,13 @@ def main() -> int:
             backend="cassandra",
             kafka_bootstrap=os.environ.get("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true"), **console},
+            fanout_replica=args.fanout_replica, background_nice=args.background_nice,
         )
     else:
-        system = System(data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console)
+        if args.fanout_replica:
+            parser.error("--fanout-replica needs --real (the embedded SQLite stores are not shared between processes)")
+        system = System(data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console,
+                        background_nice=args.background_nice)
 
     stopping = False
 
@@ -331,8 +396,10 @@ def main() -> int:
         for url in extra:
             print(f"  API replica     {url}")
         print(f"  OpenAPI         {system.url('api')}/openapi.json")
-        for name in ("social-graph", "tweet-store", "fanout-worker"):
-            print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics)")
+        for name in ("social-graph", "tweet-store", *(FANOUT_REPLICAS if system.fanout_replica else ()),
+                     "fanout-worker"):
+            nice = f", nice {system.nice_of(name)}" if system.nice_of(name) else ""
+            print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics{nice})")
         print(f"  data            {system.data_dir}")
         print("Press Ctrl-C to stop.\n", flush=True)
         while True:

@@ -1,0 +1,60 @@
+"""The local launcher's background-work settings (deploy/local/system.py):
+the fan-out worker writing through its own tweet-store replica, and the
+worker and that replica at a lower CPU priority — without starting any
+service (one real child process checks the niceness it runs at)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "deploy" / "local"))
+
+from system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, SERVICES, System, child_setup  # noqa: E402
+
+
+def test_default_system_is_unchanged(tmp_path: Path) -> None:
+    system = System(data_dir=tmp_path)
+    assert system.services() == SERVICES
+    assert FANOUT_REPLICA not in system.ports
+    assert all(system.nice_of(name) == 0 for name in SERVICES)
+    assert all(system.role_env(name) == {} for name in SERVICES)
+
+
+def test_fanout_replica_takes_the_workers_writes(tmp_path: Path) -> None:
+    system = System(data_dir=tmp_path, base_port=9000, backend="cassandra", fanout_replica=True, background_nice=10)
+    services = system.services()
+    for replica in (FANOUT_REPLICA, FANOUT_GRAPH_REPLICA):  # ready before the worker needs them
+        assert services.index(replica) < services.index("fanout-worker")
+    assert system.ports[FANOUT_REPLICA] == 9005 and system.ports[FANOUT_GRAPH_REPLICA] == 9004
+    assert len(set(system.ports.values())) == len(system.ports) and system.broker_port not in system.ports.values()
+    assert system.role_env(FANOUT_REPLICA) == {"FANLINE_TWEET_STORE_PORT": "9005"}
+    assert system.role_env(FANOUT_GRAPH_REPLICA) == {"FANLINE_SOCIAL_GRAPH_PORT": "9004"}
+    for worker in ("fanout-worker", "fanout-worker-2"):
+        assert system.role_env(worker) == {"FANLINE_TWEET_STORE_URL": "http://127.0.0.1:9005",
+                                           "FANLINE_SOCIAL_GRAPH_URL": "http://127.0.0.1:9004"}
+        assert system.nice_of(worker) == 10
+    # The gateway keeps the ordinary tweet-store, at normal priority.
+    assert system.env()["FANLINE_TWEET_STORE_URL"] == "http://127.0.0.1:9002"
+    assert system.env()["FANLINE_SOCIAL_GRAPH_URL"] == "http://127.0.0.1:9001"
+    assert system.role_env("api") == {} and system.nice_of("api") == 0
+    assert system.nice_of("tweet-store") == 0 and system.nice_of(FANOUT_REPLICA) == 10
+    assert system.nice_of("social-graph") == 0 and system.nice_of(FANOUT_GRAPH_REPLICA) == 10
+
+
+def test_background_nice_without_replica_lowers_the_worker_only(tmp_path: Path) -> None:
+    system = System(data_dir=tmp_path, background_nice=5)
+    assert system.nice_of("fanout-worker") == 5
+    assert system.nice_of("tweet-store") == 0
+    assert system.role_env("fanout-worker") == {}
+
+
+def test_child_setup_sets_the_niceness_of_the_child() -> None:
+    before = os.nice(0)
+    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True, text=True,
+                         check=True, preexec_fn=child_setup(7))
+    assert int(out.stdout) == min(19, before + 7)
+    assert os.nice(0) == before  # the parent is untouched
