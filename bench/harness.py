@@ -156,9 +156,19 @@ class Bench:
             self.details["experiment"] = {"env": experiment}
             self.notes.append(f"EXPERIMENT, not the product's defaults: {experiment}")
         self.system = BenchSystem(data_dir=self.tmp / "data", base_port=self.args.base_port, backend="cassandra",
-                                  kafka_bootstrap=self.infra.kafka_bootstrap, extra_env=env, log_dir=self.logs)
-        say(f"starting social-graph, tweet-store and the gateway on ports {self.args.base_port}+ "
-            f"(keyspaces {self.prefix}_*)")
+                                  kafka_bootstrap=self.infra.kafka_bootstrap, extra_env=env, log_dir=self.logs,
+                                  fanout_replica=self.args.fanout_replica,
+                                  background_nice=self.args.background_nice)
+        self.details["deployment"] = {
+            "fanout_replicas": self.args.fanout_replica, "background_nice": self.args.background_nice,
+            "note": ("the fan-out worker calls a social-graph and a tweet-store replica of its own"
+                     if self.args.fanout_replica else "the fan-out worker shares social-graph and tweet-store "
+                                                      "with the gateway")
+                    + (f"; the worker(s) and those replicas run at nice {self.args.background_nice}"
+                       if self.args.background_nice else "; every process at the same CPU priority")
+                    + " (docs/operations.md, Background work and CPU priority)"}
+        say(f"starting social-graph, tweet-store{' (+ fan-out replicas)' if self.args.fanout_replica else ''} "
+            f"and the gateway on ports {self.args.base_port}+ (keyspaces {self.prefix}_*)")
         await asyncio.to_thread(self.system.start_core)
         say("starting one fan-out worker")
         await asyncio.to_thread(self.system.start_workers, 1)

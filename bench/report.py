@@ -41,9 +41,14 @@ def render_markdown(doc: Mapping[str, Any], plots: Mapping[str, str] | None = No
         f"below comes from [`{results_link.rsplit('/', 1)[-1]}`]({results_link}), written by the same run. "
         "All baselines and ceilings were measured in that run, on the same machine and the same "
         "Cassandra node, so the targets are ratios that survive a noisy, shared machine.")
+    if (d.get("deployment") or {}).get("note"):
+        add(f"Deployment: {d['deployment']['note']}.")
     for partial in d.get("partial_runs") or []:
+        deployment = (partial.get("deployment") or {}).get("note")
         add(f"Re-run on {partial.get('started_at', '?')} with `python -m bench.run --only` and merged in: "
-            f"{', '.join(f'`{p}`' for p in partial.get('phases') or [])} (its section says so).")
+            f"{', '.join(f'`{p}`' for p in partial.get('phases') or [])} (its section says so)"
+            + (f"; deployment: {deployment}." if deployment else "; deployment: every process shared, one "
+               "social-graph and one tweet-store, all at the same CPU priority."))
     add("")
 
     experiment = d.get("experiment")

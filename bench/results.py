@@ -258,7 +258,7 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
 RUN_KEYS = ("machine", "versions", "peak_rss_mb")
 # The run's own bookkeeping in ``details``: a partial run keeps its copy in ``details.partial_runs``.
 RUN_DETAILS = ("mode", "started_at", "command", "plan", "tag", "notes", "phase_seconds", "duration_s",
-               "memory_method", "experiment")
+               "memory_method", "experiment", "deployment")
 
 
 def _merge_figures(old: Any, new: Any) -> Any:

@@ -193,6 +193,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="worker counts of the latency_scaling phase, in order (default 1,2,4,1)")
     parser.add_argument("--backlog-authors", type=int,
                         help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)")
+    parser.add_argument("--repeats", type=int, help="rounds of every repeated ratio (default 3; at least 1)")
+    parser.add_argument("--post-samples", type=int, help="posts per group, block and round in the post-latency phase")
+    # The deployment measured: docs/operations.md's recommendation for shared
+    # cores (background work in its own processes, at a lower CPU priority).
+    parser.add_argument("--fanout-replica", action=argparse.BooleanOptionalAction, default=True,
+                        help="deployment: a social-graph and a tweet-store replica only the fan-out worker calls "
+                             "(default: on)")
+    parser.add_argument("--background-nice", type=int, default=10, choices=range(0, 20), metavar="0-19",
+                        help="deployment: CPU niceness of the fan-out worker(s) and their replicas (default 10)")
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
@@ -210,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, read_rate=args.read_rate)
     narrowed = {"celebrity_counts": args.celebrity_counts, "celebrity_posts": args.celebrity_posts,
                 "backlog_authors": args.backlog_authors, "scale_delay_ms": args.scale_delay_ms,
-                "scale_counts": args.scale_counts}
+                "scale_counts": args.scale_counts, "repeats": args.repeats, "post_samples": args.post_samples}
     plan = replace(plan, **{field: value for field, value in narrowed.items() if value is not None})
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
