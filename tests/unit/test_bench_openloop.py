@@ -196,3 +196,39 @@ def test_every_saturation_rate_is_a_rate_vegeta_accepts(rate: float, flag: str) 
     count, per = flag.split("/")
     assert int(count) / int(per.removesuffix("s")) == pytest.approx(rate, rel=2e-3)
 
+
+
+def test_gate_sampler_reads_each_services_gate_every_interval() -> None:
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench.workload import GateSampler
+
+    page = ('# HELP fanline_admission_limit x\nfanline_admission_limit{service="api"} 12.0\n'
+            'fanline_admission_limit_other{service="api"} 99.0\n'
+            'fanline_admission_in_flight{service="api"} 7.0\nfanline_admission_waiting{service="api"} 2.0\n')
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    try:
+        with GateSampler({"api": url, "fanout-worker": url}, every_s=0.05) as gates:
+            time.sleep(0.4)
+    finally:
+        server.shutdown()
+    assert len(gates.samples) >= 3
+    # limit, in flight, waiting; a metric that only starts with the name is not it; workers have no gate
+    assert all(s["api"] == [12.0, 7.0, 2.0] and "fanout-worker" not in s for s in gates.samples)
+    assert [s["t"] for s in gates.samples] == sorted(s["t"] for s in gates.samples)
