@@ -333,6 +333,19 @@ class Bench:
             found.update({r.owner_lc: int(r.wt) for r in rows})
         return found
 
+    async def home_horizons(self, owners: list[str]) -> dict[str, uuid.UUID]:
+        """owner -> the trim horizon of its home timeline (rows older than it
+        were trimmed to ``FANLINE_HOME_MAX_ROWS``); untrimmed owners are absent."""
+        found: dict[str, uuid.UUID] = {}
+        for i in range(0, len(owners), 100):
+            chunk = owners[i:i + 100]
+            rows = await cql.execute(
+                self.session, f"SELECT owner_lc, horizon FROM {self.tweet_ks}.home_timeline WHERE owner_lc IN "
+                              f"({','.join('%s' for _ in chunk)}) PER PARTITION LIMIT 1", tuple(chunk),
+                name="bench_horizon")
+            found.update({r.owner_lc: r.horizon for r in rows if r.horizon is not None})
+        return found
+
     # --- phases ------------------------------------------------------------------------------
     async def seed(self) -> None:
         p = self.plan

@@ -149,3 +149,40 @@ def test_steady_rate_refuses_a_window_too_small_to_measure() -> None:
     series = [(0.0, 0.0), (1.0, 850.0), (2.0, 1000.0)]
     assert steady_rate(series, 1000, all_ready=1.0) == (None, None)
     assert steady_rate([(0.0, 0.0)], 1000, all_ready=0.0) == (None, None)
+
+
+def test_post_phase_lag_sample_tells_trimmed_rows_from_missing_ones() -> None:
+    """A sampled tweet an owner's timeline was trimmed past (its horizon is
+    newer) is not "missing": it is counted apart and has no lag; a row an
+    owner should still hold and does not is missing."""
+    import uuid
+    from types import SimpleNamespace
+
+    from bench.phases.post_latency import own_lags
+
+    def timeuuid(seconds: float) -> uuid.UUID:
+        ts = 0x01B21DD213814000 + int(seconds * 10_000_000)  # 100 ns since 1582, as version 1 UUIDs count
+        return uuid.UUID(fields=(ts & 0xFFFFFFFF, (ts >> 32) & 0xFFFF, ((ts >> 48) & 0x0FFF) | 0x1000, 0x80, 0, 1))
+
+    t_old, t_new, t_lost, t_last = timeuuid(1), timeuuid(2), timeuuid(3), timeuuid(5)
+    stored = {  # owner -> tweet -> writetime (µs)
+        "author": {t_old: 1, t_new: 2_000_000, t_lost: 3, t_last: 5_000_000},
+        "f1": {t_new: 2_500_000, t_last: 5_500_000},  # trimmed below 1.5 s; never got t_lost
+        "f2": {t_old: 1, t_new: 2_100_000, t_lost: 3, t_last: 5_100_000},
+    }
+
+    async def home_rows(tid: uuid.UUID, owners: list[str]) -> dict[str, int]:
+        return {o: stored[o][tid] for o in owners if tid in stored[o]}
+
+    async def home_horizons(owners: list[str]) -> dict[str, uuid.UUID]:
+        return {"f1": timeuuid(1.5)}
+
+    bench = SimpleNamespace(group_author=lambda n: "Author", graph=SimpleNamespace(followers_of=lambda a: ["f1", "f2"]),
+                            home_rows=home_rows, home_horizons=home_horizons, notes=[])
+    sample = [(str(t_old), 0.0), (str(t_new), 1.0), (str(t_lost), 2.0), (str(t_last), 4.0)]
+    lags = asyncio.run(own_lags(bench, {"2": sample}))
+    assert lags == {"2": [pytest.approx(1500.0), pytest.approx(1500.0)]}  # t_new: 2.5 s - 1.0 s; t_last: 5.5 - 4.0
+    assert bench.notes == [
+        "post latency: 1 sampled tweets were no longer stored by every owner (trimmed to FANLINE_HOME_MAX_ROWS by "
+        "newer tweets); their lag is not counted",
+        "post latency: 1 sampled tweets were missing home rows after the drain"]
