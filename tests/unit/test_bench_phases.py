@@ -186,3 +186,36 @@ def test_post_phase_lag_sample_tells_trimmed_rows_from_missing_ones() -> None:
         "post latency: 1 sampled tweets were no longer stored by every owner (trimmed to FANLINE_HOME_MAX_ROWS by "
         "newer tweets); their lag is not counted",
         "post latency: 1 sampled tweets were missing home rows after the drain"]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_bench_run_stopped_by_a_signal_still_tears_down(tmp_path: Path, sig: str) -> None:
+    """Even started with SIGINT ignored (a shell's background job), SIGTERM
+    or SIGINT cancels the running phase and the teardown in ``finally`` runs."""
+    import signal
+    import subprocess
+
+    done = tmp_path / "torn-down"
+    code = (
+        "import asyncio, pathlib, sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from bench.run import stop_on_signals\n"
+        "stop_on_signals()\n"
+        "async def phase():\n"
+        "    try:\n"
+        "        print('ready', flush=True)\n"
+        "        await asyncio.sleep(60)\n"
+        "    finally:\n"
+        "        await asyncio.sleep(0.05)\n"
+        f"        pathlib.Path({str(done)!r}).write_text('ok')\n"
+        "try:\n"
+        "    asyncio.run(phase())\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(getattr(signal, sig))
+    assert proc.wait(10) == 130
+    assert done.read_text() == "ok"
