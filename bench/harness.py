@@ -120,6 +120,20 @@ class Bench:
     def group_author(self, n: str) -> str:
         return f"a{self.tag}p{n}"
 
+    def post_author(self, round_: int, n: str) -> str:
+        """The post-latency phase's author with ``n`` followers in round
+        ``round_`` (from 0): followers of its own (``Graph.add_disjoint``), so
+        the phase's own tweets stay in its followers' timelines long enough to
+        read their delivery lag back (one author per group for the whole phase
+        posted ~1,800 tweets to followers who also follow the other groups and
+        the backlog authors: their timelines were trimmed past every sampled
+        tweet)."""
+        return f"a{self.tag}p{n}r{round_}"
+
+    @property
+    def post_authors(self) -> list[str]:
+        return [self.post_author(r, n) for r in range(max(1, self.plan.repeats)) for n in GROUPS]
+
     @property
     def api(self) -> str:
         assert self.system is not None
@@ -352,7 +366,8 @@ class Bench:
         say("seeding: authors through the API")
         self.backlog_authors = balanced_authors(self.tag, p.backlog_authors)
         self.lag_authors = [f"a{self.tag}l{j}" for j in range(p.lag_authors)]
-        authors = [self.group_author(n) for n in GROUPS] + self.backlog_authors + self.lag_authors
+        authors = ([self.group_author(n) for n in GROUPS] + self.backlog_authors + self.lag_authors
+                   + self.post_authors)
         await self.gather_limited([self.sign_up(a) for a in authors], 4)
         for n in GROUPS:
             self.graph.followers[self.group_author(n)] = int(n)
@@ -360,6 +375,9 @@ class Bench:
             self.graph.followers[a] = p.backlog_followers
         for a in self.lag_authors:
             self.graph.followers[a] = 1000
+        for r in range(max(1, p.repeats)):  # after every first-N author: these ranges come past all of theirs
+            for n in GROUPS:
+                self.graph.add_disjoint(self.post_author(r, n), int(n))
         started = time.monotonic()
         rows, statements = await asyncio.to_thread(seed.bulk_load_social_graph, self.session, self.social_ks,
                                                    self.graph, say)
@@ -367,7 +385,7 @@ class Bench:
         say(f"  social-graph bulk load: {rows:,} rows in {statements:,} statements, {took:.1f}s")
         await cql.migrate(self.session, self.sync_ks, 1, [BASELINE_SCHEMA])
         copied = await asyncio.to_thread(seed.bulk_load_followers_table, self.session, self.sync_ks, self.graph,
-                                         [self.group_author(n) for n in GROUPS])
+                                         [self.group_author(n) for n in GROUPS] + self.post_authors)
         # Sanity: the service sees the bulk-loaded edges.
         r = await self.http.get(f"{self.api}/v1/users/{self.group_author('10000')}")
         seen = r.json().get("followers_count") if r.status_code == 200 else None
@@ -379,7 +397,9 @@ class Bench:
         await self.seed_home_readers()
         self.details["seeding"] = (
             f"Authors ({len(authors)}) were created and logged in through the public API. Their followers — a pool of "
-            f"{self.graph.pool_size:,} accounts; the author with N followers is followed by the first N of the pool — were "
+            f"{self.graph.pool_size:,} accounts; the author with N followers is followed by the first N of the pool, but for "
+            "the post-latency phase's authors (one per follower count and round), each followed by a range of the pool "
+            "nobody else follows — were "
             f"**bulk-loaded by the harness** straight into social-graph's keyspace ({rows:,} rows in {took:.1f} s: "
             "`users`, `users_by_prefix`, `following`, `followers`, `follow_counts`, the same rows social-graph "
             "writes), with prepared statements and the driver's `execute_concurrent` (rows of one partition in "

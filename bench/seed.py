@@ -50,25 +50,37 @@ def celebrity_follower(tag: str, index: int) -> str:
 
 @dataclass
 class Graph:
-    """Who follows whom in this run: author -> number of pool followers
-    (the first N of the pool)."""
+    """Who follows whom in this run: author -> number of pool followers, the
+    first N of the pool unless the author was given a range of its own
+    (``add_disjoint``)."""
 
     tag: str
     followers: dict[str, int] = field(default_factory=dict)
+    # author -> the pool index of its first follower (absent: 0)
+    offsets: dict[str, int] = field(default_factory=dict)
 
     @property
     def pool_size(self) -> int:
-        return max(self.followers.values(), default=0)
+        return max((self.offsets.get(a, 0) + n for a, n in self.followers.items()), default=0)
 
     def followers_of(self, author: str) -> list[str]:
-        return [pool_name(self.tag, i) for i in range(self.followers[author])]
+        start = self.offsets.get(author, 0)
+        return [pool_name(self.tag, start + i) for i in range(self.followers[author])]
+
+    def add_disjoint(self, author: str, followers: int) -> None:
+        """``author`` followed by ``followers`` pool accounts that follow
+        nobody else: the range past every follower added so far (so add the
+        first-N authors before these). Its followers' home timelines then
+        hold its tweets alone, and are trimmed (``FANLINE_HOME_MAX_ROWS``)
+        only once it alone has posted that many."""
+        self.offsets[author] = self.pool_size
+        self.followers[author] = followers
 
     def following_counts(self) -> dict[str, int]:
         """Pool follower -> how many authors it follows."""
         counts: dict[str, int] = {}
-        for n in self.followers.values():
-            for i in range(n):
-                name = pool_name(self.tag, i)
+        for author in self.followers:
+            for name in self.followers_of(author):
                 counts[name] = counts.get(name, 0) + 1
         return counts
 

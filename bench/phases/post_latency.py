@@ -71,13 +71,18 @@ async def run(bench: Bench) -> None:
     written: float | None = await asyncio.to_thread(bench.rows_written)
     fanout = _Fanout(bench, written or 0.0)
     offered = 0
-    own: dict[str, list[tuple[str, float]]] = {n: [] for n in GROUPS}  # running-block tweets: (id, answered)
-    last: dict[str, str] = {}  # the phase's last tweet of each author
+    # running-block tweets: (author, id, answered)
+    own: dict[str, list[tuple[str, str, float]]] = {n: [] for n in GROUPS}
+    last: dict[str, str] = {}  # author -> its last tweet in the phase
     # Warm both paths up (connections, prepared statements, JIT of the node).
-    for n in GROUPS:
-        await bench.post_ours(bench.group_author(n), "warm-up")
-        offered += int(n) + 1
-        await bench.post(f"{bench.baseline_url}/tweets", bench.group_author(n), "warm-up")
+    # Each round posts as authors of its own, with followers of their own
+    # (``Bench.post_author``): their timelines still hold the sampled tweets
+    # when the lag is read back after the drain.
+    for r in range(rounds):
+        for n in GROUPS:
+            await bench.post_ours(bench.post_author(r, n), "warm-up")
+            offered += int(n) + 1
+            await bench.post(f"{bench.baseline_url}/tweets", bench.post_author(r, n), "warm-up")
     say(f"post latency: {rounds} rounds of three blocks, {p.post_samples} posts per group each (ours with the "
         f"worker running; ours with it stopped; the baseline with it stopped)")
     scraped_before = await asyncio.to_thread(scrape_services, bench)
@@ -97,17 +102,17 @@ async def run(bench: Bench) -> None:
             order = list(GROUPS)
             random.shuffle(order)
             for n in order:
-                author = bench.group_author(n)
+                author = bench.post_author(r, n)
                 if len(samples[n]) >= p.post_samples:
                     continue
                 if kind == "sync":
                     ms, _, _ = await bench.post(f"{bench.baseline_url}/tweets", author, f"sync post {i}")
                 else:
                     ms, tid, when = await bench.post_ours(author, f"post {i} ({kind} {r + 1})")
-                    last[n] = tid
+                    last[author] = tid
                     offered += int(n) + 1
                     if kind == "running":
-                        own[n].append((tid, when))
+                        own[n].append((author, tid, when))
                 samples[n].append(ms)
                 sequence.append((time.monotonic() - phase_t0, "sync" if kind == "sync" else f"ours-{kind}", n, ms))
                 await asyncio.sleep(p.post_gap_s)
@@ -205,7 +210,9 @@ async def run(bench: Bench) -> None:
         "fanout_rows": {"expected": offered, "skipped": max(0, int(offered - delivered))},
         "method": (
             "Requests are sent one at a time (closed loop, "
-            f"{p.post_gap_s * 1000:.0f} ms pause after each), one author per follower count. The phase runs "
+            f"{p.post_gap_s * 1000:.0f} ms pause after each), one author per follower count and round, each "
+            "with followers of its own (so the sampled tweets are still in their timelines when their lag is read "
+            "back). The phase runs "
             f"{rounds} rounds of three blocks, interleaved (A B C A B C …): **A**, ours with the fan-out worker "
             "running; **B**, ours with the worker stopped; **C**, the baseline with the worker stopped (the "
             "baseline at its best: nothing else runs). Within a block the four groups take turns in a shuffled "
@@ -226,40 +233,39 @@ async def run(bench: Bench) -> None:
 
 
 async def last_tweets_delivered(bench: Bench, last: dict[str, str]) -> bool:
-    """Whether each author's last tweet of the phase is in its own and every
-    follower's home timeline."""
-    for n, tid in last.items():
-        author = bench.group_author(n)
+    """Whether each author's last tweet of the phase (author -> id) is in its
+    own and every follower's home timeline."""
+    for author, tid in last.items():
         owners = [author.lower(), *bench.graph.followers_of(author)]
         if len(await bench.home_rows(uuid.UUID(tid), owners)) < len(owners):
             return False
     return True
 
 
-async def own_lags(bench: Bench, own: dict[str, list[tuple[str, float]]]) -> dict[str, list[float]]:
+async def own_lags(bench: Bench, own: dict[str, list[tuple[str, str, float]]]) -> dict[str, list[float]]:
     """Delivery lag (ms: last home row written - the 201) of a sample of the
-    phase's own tweets per follower count. A tweet some owner no longer
-    stores because its timeline was trimmed past it (``FANLINE_HOME_MAX_ROWS``:
-    every group author posts ~1,800 tweets in the phase, and the first
-    followers of the pool follow several of them) has no measurable lag and
-    is counted apart; one missing a row an owner should still hold is
-    counted in the notes as missing."""
+    phase's own tweets ((author, id, answered) per follower count). A tweet
+    some owner no longer stores because its timeline was trimmed past it
+    (``FANLINE_HOME_MAX_ROWS``; each round's authors have followers of their
+    own, so only a run posting more than that many tweets per block reaches
+    it) has no measurable lag and is counted apart; one missing a row an
+    owner should still hold is counted in the notes as missing."""
     lags: dict[str, list[float]] = {}
     missing = trimmed = 0
     for n, tweets in own.items():
         step = max(1, len(tweets) // LAG_SAMPLE_PER_GROUP)
-        author = bench.group_author(n)
-        owners = [author.lower(), *(bench.graph.followers_of(author))]
         lags[n] = []
-        horizons: dict[str, uuid.UUID] | None = None
-        for tid, when in tweets[::step][:LAG_SAMPLE_PER_GROUP]:
+        horizons: dict[str, dict[str, uuid.UUID]] = {}
+        for author, tid, when in tweets[::step][:LAG_SAMPLE_PER_GROUP]:
+            owners = [author.lower(), *(bench.graph.followers_of(author))]
             tweet = uuid.UUID(tid)
             rows = await bench.home_rows(tweet, owners)
             if len(rows) < len(owners):
-                if horizons is None:
-                    horizons = await bench.home_horizons(owners)
+                if author not in horizons:
+                    horizons[author] = await bench.home_horizons(owners)
+                trimmed_at = horizons[author]
                 absent = [o for o in owners if o not in rows]
-                if all(o in horizons and horizons[o].time > tweet.time for o in absent):
+                if all(o in trimmed_at and trimmed_at[o].time > tweet.time for o in absent):
                     trimmed += 1
                 else:
                     missing += 1

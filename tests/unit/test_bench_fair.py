@@ -112,6 +112,24 @@ def test_readers_get_distinct_follow_sets() -> None:
         seed.distinct_follow_sets([f"h{i}" for i in range(7)], authors[:4], 2)
 
 
+def test_post_phase_authors_get_follower_ranges_nobody_else_follows() -> None:
+    """The first-N authors share the pool's head; an ``add_disjoint`` author's
+    followers follow it alone, so its tweets are all its followers' timelines
+    hold (nothing else trims them past FANLINE_HOME_MAX_ROWS)."""
+    graph = seed.Graph("t")
+    graph.followers.update({"big": 1000, "small": 100})
+    graph.add_disjoint("p0", 100)
+    graph.add_disjoint("p1", 1000)
+    assert graph.followers_of("small") == graph.followers_of("big")[:100]
+    assert graph.followers_of("p0") == [seed.pool_name("t", 1000 + i) for i in range(100)]
+    assert graph.followers_of("p1")[0] == seed.pool_name("t", 1100)
+    assert graph.pool_size == 2100
+    counts = graph.following_counts()
+    assert counts[seed.pool_name("t", 0)] == 2 and counts[seed.pool_name("t", 500)] == 1
+    assert all(counts[f] == 1 for f in graph.followers_of("p0") + graph.followers_of("p1"))
+    assert sum(counts.values()) == 2200
+
+
 def test_stress_profile_writes_batched_home_timeline_rows() -> None:
     text = stress.home_timeline_profile("bench_x_stress_home", 10)
     assert "table: home_timeline" in text and "PRIMARY KEY (owner_lc, tweet_id)" in text

@@ -177,9 +177,9 @@ def test_post_phase_lag_sample_tells_trimmed_rows_from_missing_ones() -> None:
     async def home_horizons(owners: list[str]) -> dict[str, uuid.UUID]:
         return {"f1": timeuuid(1.5)}
 
-    bench = SimpleNamespace(group_author=lambda n: "Author", graph=SimpleNamespace(followers_of=lambda a: ["f1", "f2"]),
+    bench = SimpleNamespace(graph=SimpleNamespace(followers_of=lambda a: ["f1", "f2"]),
                             home_rows=home_rows, home_horizons=home_horizons, notes=[])
-    sample = [(str(t_old), 0.0), (str(t_new), 1.0), (str(t_lost), 2.0), (str(t_last), 4.0)]
+    sample = [("Author", str(t), when) for t, when in ((t_old, 0.0), (t_new, 1.0), (t_lost, 2.0), (t_last, 4.0))]
     lags = asyncio.run(own_lags(bench, {"2": sample}))
     assert lags == {"2": [pytest.approx(1500.0), pytest.approx(1500.0)]}  # t_new: 2.5 s - 1.0 s; t_last: 5.5 - 4.0
     assert bench.notes == [
