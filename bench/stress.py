@@ -110,7 +110,12 @@ def home_timeline_profile(keyspace: str, batch_rows: int, owners: int = 1_000_00
     of tweet-store's ``home_timeline`` table (same columns, key and order; the
     TTL as the table default, since a profile cannot say ``USING TTL``), one
     row to each of ``batch_rows`` partitions per unlogged batch — the shape of
-    ``replica_batches`` on one node, where every partition shares the replica."""
+    ``replica_batches`` on one node, where every partition shares the replica.
+
+    The ``queries`` section is never run (``ops(insert=1)``), but
+    cassandra-stress 4.0 will not load a profile without one (``StressProfile.
+    init``: "Cannot invoke java.util.Map.keySet() because this.queries is
+    null"); every run before 2026-11-26 lost this figure to that."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
     return f"""\
@@ -137,6 +142,10 @@ insert:
   partitions: fixed({batch_rows})
   select: fixed(1)/1
   batchtype: UNLOGGED
+queries:
+  page:
+    cql: SELECT tweet_id, author_lc FROM home_timeline WHERE owner_lc = ? LIMIT 20
+    fields: samerow
 """
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -134,6 +135,9 @@ def test_stress_profile_writes_batched_home_timeline_rows() -> None:
     text = stress.home_timeline_profile("bench_x_stress_home", 10)
     assert "table: home_timeline" in text and "PRIMARY KEY (owner_lc, tweet_id)" in text
     assert "partitions: fixed(10)" in text and "batchtype: UNLOGGED" in text and "select: fixed(1)/1" in text
+    # cassandra-stress 4.0 refuses a profile without queries, even for inserts only
+    profile = yaml.safe_load(text)
+    assert profile["queries"]["page"]["cql"].startswith("SELECT") and profile["insert"]["batchtype"] == "UNLOGGED"
     args = stress.user_args(Path("/p.yaml"), 1000, 64)
     assert args[:4] == ["user", "profile=/p.yaml", "ops(insert=1)", "n=1000"]
     out = "Op rate                   :    1,234 op/s  [insert: 1,234 op/s]\nRow rate                  :   12,340 row/s\n"
