@@ -85,6 +85,13 @@ def openloop_section(doc: Mapping[str, Any], plots: Mapping[str, str]) -> list[s
     method = next((x.get("method") for x in (mixed, sat, over, emb) if x.get("method")), None)
     if method:
         out += [method, ""]
+    settled: Mapping[str, Any] = (doc.get("details") or {}).get("compactions_settled") or {}
+    if settled:
+        out += ["Each of these phases started once Cassandra had no compaction running or queued "
+                "(`system_views.thread_pools`; earlier phases leave tens of millions of rows to compact): "
+                + "; ".join(f"{name} waited {fmt(s.get('waited_s'), 0)} s ({fmt(s.get('tasks_at_start'))} at first"
+                            + ("" if s.get("settled") else ", **still compacting** at the timeout") + ")"
+                            for name, s in settled.items()) + ".", ""]
     if mixed.get("client"):
         out += ["### Steady mixed load (real Cassandra + Kafka)", "",
                 *_step_block(f"{fmt(mixed.get('users'))} users", mixed)]

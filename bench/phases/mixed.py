@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from .. import workload
+from .. import quiesce, workload
 from ..common import say
 from ..harness import Bench
 
@@ -18,6 +18,8 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     seeded = await workload.seeded(bench)
+    bench.details.setdefault("compactions_settled", {})["mixed"] = await quiesce.settle_compactions(
+        bench.session, "mixed")
     say(f"mixed load: {p.mixed_rate:g} requests/s for {p.mixed_s:g}s, open loop")
     step = await asyncio.to_thread(workload.run_step, workload.target_of(bench.system), seeded, p.mixed_rate,
                                    p.mixed_s, bench.tmp / "mixed", random.Random(f"{bench.tag}-mixed"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from .. import workload
+from .. import quiesce, workload
 from ..common import say
 from ..harness import Bench
 
@@ -21,6 +21,8 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     seeded = await workload.seeded(bench)
+    bench.details.setdefault("compactions_settled", {})["overload"] = await quiesce.settle_compactions(
+        bench.session, "overload")
     sat = bench.doc.get("saturation") or {}
     capacity = sat.get("capacity_per_s")
     if capacity is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from .. import openloop, workload
+from .. import openloop, quiesce, workload
 from ..common import say
 from ..harness import Bench
 
@@ -20,6 +20,8 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     seeded = await workload.seeded(bench)
+    bench.details.setdefault("compactions_settled", {})["saturation"] = await quiesce.settle_compactions(
+        bench.session, "saturation")
     target = workload.target_of(bench.system)
     rates = openloop.saturation_rates(p.sat_start, p.sat_factor, p.sat_steps)
     say(f"saturation: {', '.join(f'{r:g}' for r in rates)} requests/s, {p.sat_step_s:g}s each, until one does not hold")
