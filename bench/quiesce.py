@@ -3,10 +3,11 @@
 A full run writes tens of millions of rows before its open-loop phases (the
 post phase's drain, the celebrity phase's million-follower fan-outs), and
 the node compacts them for minutes afterwards on the same two cores. A
-saturation curve measured meanwhile finds the capacity left over by the
-compactions, not the system's: the first full run with every phase found
+saturation curve measured meanwhile finds the capacity the compactions
+leave over, not the system's. The first full run with every phase found
 84.4 requests/s where partial runs without those phases before it found
-189.8. So the open-loop phases start once ``CompactionExecutor`` has neither
+189.8 (compaction is the likely cause, not a measured one: the wait this
+module records tells from the next run on). So the open-loop phases start once ``CompactionExecutor`` has neither
 active nor pending tasks (read from the node's ``system_views.thread_pools``
 virtual table), and record how long that took.
 """
