@@ -203,6 +203,11 @@ FANOUT_WRITE_LIMIT_DECREASES = Counter(
     "Times tweet-store's fan-out write limit shrank, by cause: writes slow while users were served (busy), "
     "slow while idle, or a write that failed", ["cause"],
 )
+FANOUT_WRITE_LIMIT_PROBES = Counter(
+    "fanline_fanout_write_limit_probes_total",
+    "Times tweet-store held its fan-out writes to a few in flight to re-measure their unloaded latency "
+    "before shrinking the limit (limiter.py)",
+)
 FANOUT_PAGES_EXPIRED = Counter(
     "fanline_fanout_pages_expired_total",
     "Fan-out pages tweet-store did not write within the caller's budget (503; the worker sends them again), "

@@ -55,6 +55,7 @@ class Settings:
                 maximum=env.integer("FANLINE_FANOUT_LIMIT_MAX", LimitPolicy.maximum, minimum=1),
                 busy_tolerance=env.number("FANLINE_FANOUT_BUSY_TOLERANCE", LimitPolicy.busy_tolerance, positive=True),
                 idle_tolerance=env.number("FANLINE_FANOUT_IDLE_TOLERANCE", LimitPolicy.idle_tolerance, positive=True),
+                probe=env.boolean("FANLINE_FANOUT_LIMIT_PROBE", LimitPolicy.probe),
             ),
             # Fan-out rows per request (replica-grouped unlogged batches); 1 =
             # single-row inserts. Above 10 the node warns on every batch.

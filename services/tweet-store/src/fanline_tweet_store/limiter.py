@@ -31,6 +31,22 @@ baseline), and
   something else (compaction after millions of rows) drove the limit to 1-2
   writes, 7,000 rows/s while the node had cores to spare (measured in the
   benchmark's post-latency drain);
+* with ``probe`` on (``FANLINE_FANOUT_LIMIT_PROBE``; off by default, see
+  ``LimitPolicy.probe``), **asks before it shrinks** whether the queue grows with its own writes
+  (the probe, after BBR's ProbeRTT): the best write of a window is a lucky
+  one on a node whose CPU is shared, and ordinary scheduling noise there
+  makes every write look several times slower than it. Judged against that
+  minimum, the limit sat at 5-7 writes with ~70 decreases a second through
+  the benchmark's long post-phase drain, the node a third idle and the
+  drain at a third of its short-drain speed. So when the limit is about to
+  shrink and no recent write ran almost alone, new writes are held to
+  ``probe_in_flight`` until ``probe_samples`` have run that way; their
+  median latency is the node's *unloaded* latency, noise included, and
+  Vegas' count uses it (whichever is higher) until it is
+  ``baseline_window_s`` old. A queue of ours still shows (latency grows
+  with our writes in flight, past the unloaded one); a slow node or a noisy
+  one no longer does. A probe costs about four round trips at two writes in
+  flight, at most once a window, and only while the limit would shrink;
 * is **stricter while people are served** (``busy()``: a user-facing request
   ran within the last moment): ``busy_tolerance`` (queue delay at most half a
   baseline) instead of ``idle_tolerance``.
@@ -140,6 +156,15 @@ class LimitPolicy:
     queue_floor: float = 4.0
     # Writes within this share of the baseline (+ slack_s): no queue, grow fast.
     probe_share: float = 0.125
+    # A write started with at most this many in flight (itself included) ran
+    # unloaded; the median of the last ``probe_samples`` of them (no older
+    # than ``baseline_window_s``) is the unloaded latency (see the probe).
+    probe_in_flight: int = 2
+    probe_samples: int = 6
+    # Off by default (FANLINE_FANOUT_LIMIT_PROBE): measured in one round, the
+    # probe bought ~11 % more fan-out for a post p99 with the fan-out running
+    # of 103.7 ms against 59.9 (docs/operations.md, Background work).
+    probe: bool = False
 
 
 class AdaptiveLimit:
@@ -157,6 +182,11 @@ class AdaptiveLimit:
         self._min_prev = float("inf")
         self._window_start = clock()
         self._last_decrease = float("-inf")
+        # (when, latency) of the last writes that ran unloaded; probing: new
+        # writes are held to ``probe_in_flight`` until enough have.
+        self._unloaded: deque[tuple[float, float]] = deque(maxlen=policy.probe_samples)
+        self.probing = False
+        self._probe_taken = 0
         # Writes of admitted pages not yet done (queued or in flight), and a
         # moving average of write latency: the pace a new page would get.
         self.pending = 0
@@ -167,10 +197,24 @@ class AdaptiveLimit:
     def baseline(self) -> float:
         return min(self._min_now, self._min_prev)
 
+    @property
+    def cap(self) -> int:
+        """Writes let in flight now: the limit, or ``probe_in_flight`` while probing."""
+        return min(int(self.limit), self._p.probe_in_flight) if self.probing else int(self.limit)
+
+    def unloaded(self, now: float) -> float | None:
+        """The median latency of the recent writes that ran unloaded (None:
+        too few younger than ``baseline_window_s``)."""
+        fresh = sorted(rtt for when, rtt in self._unloaded if now - when <= self._p.baseline_window_s)
+        if len(fresh) < max(1, self._p.probe_samples // 2):
+            return None
+        return fresh[len(fresh) // 2]
+
     def _bulk_room(self) -> bool:
         # Bulk writes never hold the last slot: an ordinary write that comes
         # while a large fan-out runs finds one free, or waits for one write.
-        return self.bulk_in_flight < max(1, int(self.limit) - 1) and self.in_flight < int(self.limit)
+        cap = self.cap
+        return self.bulk_in_flight < max(1, cap - 1) and self.in_flight < cap
 
     async def acquire(self) -> bool:
         """Wait for a slot; returns whether it is a bulk one (pass it back to
@@ -181,7 +225,7 @@ class AdaptiveLimit:
                 self.in_flight += 1
                 self.bulk_in_flight += 1
                 return True
-        elif self.in_flight < int(self.limit) and not self._waiters:
+        elif self.in_flight < self.cap and not self._waiters:
             self.in_flight += 1
             return False
         queue = self._bulk_waiters if bulk else self._waiters
@@ -197,10 +241,11 @@ class AdaptiveLimit:
             raise
         return bulk
 
-    def release(self, rtt_s: float | None, bulk: bool = False) -> None:
+    def release(self, rtt_s: float | None, bulk: bool = False, depth: int | None = None) -> None:
         """Give a slot back; ``rtt_s`` is how long the write took (None: it
-        failed — failures shrink the limit like slow writes)."""
-        self._observe(rtt_s)
+        failed — failures shrink the limit like slow writes), ``depth`` how
+        many writes were in flight when it started, itself included."""
+        self._observe(rtt_s, depth)
         self._release_slot(bulk)
 
     def _release_slot(self, bulk: bool) -> None:
@@ -210,7 +255,7 @@ class AdaptiveLimit:
         self._wake()
 
     def _wake(self) -> None:
-        while self._waiters and self.in_flight < int(self.limit):
+        while self._waiters and self.in_flight < self.cap:
             fut = self._waiters.popleft()
             if not fut.done():
                 self.in_flight += 1
@@ -222,10 +267,16 @@ class AdaptiveLimit:
                 self.bulk_in_flight += 1
                 fut.set_result(None)
 
-    def _observe(self, rtt_s: float | None) -> None:
+    def _observe(self, rtt_s: float | None, depth: int | None = None) -> None:
         now = self._clock()
         if now - self._window_start > self._p.baseline_window_s:
             self._min_prev, self._min_now, self._window_start = self._min_now, float("inf"), now
+        if self._p.probe and rtt_s is not None and depth is not None and depth <= self._p.probe_in_flight:
+            self._unloaded.append((now, rtt_s))
+            if self.probing:
+                self._probe_taken += 1
+                if self._probe_taken >= self._p.probe_samples:
+                    self.probing = False
         if rtt_s is not None:
             self._min_now = min(self._min_now, rtt_s)
             # One write counts for at most twice the average: a single stall (a
@@ -235,10 +286,19 @@ class AdaptiveLimit:
         busy = self._busy()
         tolerance = self._p.busy_tolerance if busy else self._p.idle_tolerance
         latency = self.latency if self.latency is not None else 0.0
-        # Vegas: how many of our writes are waiting somewhere, not being served.
-        queued = self.in_flight * (1.0 - baseline / latency) if latency > 0 else 0.0
+        # Vegas: how many of our writes are waiting somewhere, not being
+        # served — against the unloaded latency when one was measured lately.
+        unloaded = self.unloaded(now) if self._p.probe else None
+        reference = max(baseline, unloaded) if unloaded is not None else baseline
+        queued = self.in_flight * (1.0 - reference / latency) if latency > 0 else 0.0
         slow = rtt_s is None or (latency > baseline * tolerance + self._p.slack_s and queued >= self._p.queue_floor)
-        if slow:
+        if slow and rtt_s is not None and unloaded is None and self._p.probe:
+            # Before shrinking for a queue judged against the best write of a
+            # window: measure the unloaded latency (the module docstring).
+            if not self.probing:
+                self.probing, self._probe_taken = True, 0
+                metrics.FANOUT_WRITE_LIMIT_PROBES.inc()
+        elif slow:
             if now - self._last_decrease > max(baseline, 0.001):
                 self.limit = max(float(self._p.minimum), self.limit * self._p.backoff)
                 self._last_decrease = now
@@ -248,7 +308,7 @@ class AdaptiveLimit:
             # Using the limit (at least half of it, as Netflix's AIMD counts)
             # and still fast: with no queue at all, one more per write (double
             # per round trip); past that, up to one more per round trip.
-            no_queue = latency <= baseline * (1.0 + self._p.probe_share) + self._p.slack_s
+            no_queue = latency <= reference * (1.0 + self._p.probe_share) + self._p.slack_s
             step = 1.0 if no_queue else 1.0 / self.limit
             self.limit = min(float(self._p.maximum), self.limit + step)
         metrics.FANOUT_WRITE_LIMIT.set(self.limit)
@@ -257,6 +317,7 @@ class AdaptiveLimit:
     async def run(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run one write under the limit, timing it."""
         bulk = await self.acquire()
+        depth = self.in_flight
         started = self._clock()
         try:
             result = await call()
@@ -267,7 +328,7 @@ class AdaptiveLimit:
         except BaseException:
             self.release(None, bulk)
             raise
-        self.release(self._clock() - started, bulk)
+        self.release(self._clock() - started, bulk, depth)
         return result
 
     def expected_s(self, requests: int) -> float:
