@@ -296,7 +296,10 @@ def merge_partial(previous: Mapping[str, Any], run: Mapping[str, Any], phases: l
     run_details = dict(run.get("details") or {})
     for key, value in run_details.items():
         if key not in RUN_DETAILS:
-            details[key] = value
+            # Merged like the figures: a run of one phase that shares a
+            # details key with others (``fanout``: the ceiling's sweep and
+            # cassandra-stress) must not drop what the others recorded.
+            details[key] = _merge_figures(details[key], value) if key in details else value
     entry = {k: run_details[k] for k in RUN_DETAILS if k in run_details and k != "plan"}
     entry["phases"] = phases
     entry["machine"] = run.get("machine")

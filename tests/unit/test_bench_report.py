@@ -334,6 +334,21 @@ def test_a_partial_run_is_merged_keeping_every_other_figure() -> None:
     assert doc["targets"]["stream_p99"]["pass"] is True and doc["targets"]["lag_p99"]["pass"] is False
 
 
+def test_a_partial_run_merges_the_details_it_shares_with_other_phases() -> None:
+    """An --only stress run records cassandra-stress under ``details.fanout``,
+    where the full run's ceiling phase keeps its sweep: the merge once
+    replaced the whole key and the sweep vanished from the page."""
+    previous = fake_result()
+    sweep = previous["details"]["fanout"]["bare_driver_tuning"]
+    run = results.empty_result()
+    run["details"] = {"started_at": "stress run", "notes": [],
+                      "fanout": {"stress_note": "cassandra-stress 4.0", "stress_rows_per_s": 15157.0}}
+    doc = results.finalize(results.merge_partial(previous, run, ["stress"]))
+    assert doc["details"]["fanout"]["bare_driver_tuning"] == sweep
+    assert doc["details"]["fanout"]["stress_rows_per_s"] == 15157.0
+    assert doc["details"]["fanout"]["stress_note"] == "cassandra-stress 4.0"
+
+
 def test_a_partial_run_keeps_the_repeated_ratios_it_did_not_measure() -> None:
     """A ratio measured three times by an earlier run stays measured three
     times: an --only celebrity run once merged its empty ratios (n 0, no
