@@ -138,6 +138,18 @@ def stored(real_infra: Any, slow_system: System,
     rows.close()
 
 
+def settled_counts(system: System, followers: list[str], tweet: str, what: str) -> dict[str, int]:
+    """Follower -> copies of ``tweet`` in its home timeline, once every
+    follower has one or after 120 s (whatever is missing then is counted as
+    lost by the caller)."""
+    try:
+        eventually(lambda: sum(home_counts(system, followers, tweet).values()) >= FOLLOWERS, timeout=120,
+                   interval=0.5, what=what)
+    except AssertionError:
+        pass
+    return home_counts(system, followers, tweet)
+
+
 @pytest.mark.parametrize(("sig", "trials"), [(signal.SIGKILL, 20), (signal.SIGTERM, 3)], ids=["sigkill", "sigterm"])
 def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
         slow_system: System, crowd: tuple[CountingApi, str, str, list[str]], stored: StoredRows,
@@ -159,15 +171,8 @@ def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
         system.start_service("fanout-worker")
         system.wait_ready(120, ("fanout-worker",))
 
-        def done(tweet: str = tweet) -> bool:
-            return sum(home_counts(system, followers, tweet).values()) >= FOLLOWERS
-
-        try:
-            eventually(done, timeout=120, interval=0.5, what=f"trial {trial}: every follower has the tweet")
-        except AssertionError:
-            pass  # counted as lost below
+        counts = settled_counts(system, followers, tweet, f"trial {trial}: every follower has the tweet")
         recovery.append(time.monotonic() - killed_at)
-        counts = home_counts(system, followers, tweet)
         lost += sum(1 for v in counts.values() if v == 0)
         duplicated += sum(v - 1 for v in counts.values() if v > 1)
         exact += set(counts.values()) == {1}
@@ -202,14 +207,7 @@ def test_tweet_store_killed_mid_page_delivers_every_follower_exactly_once(
         system.start_service("tweet-store")
         system.wait_ready(120, ("tweet-store",))
 
-        def done(tweet: str = tweet) -> bool:
-            return sum(home_counts(system, followers, tweet).values()) >= FOLLOWERS
-
-        try:
-            eventually(done, timeout=120, interval=0.5, what="every follower has the tweet after tweet-store's restart")
-        except AssertionError:
-            pass  # counted as lost below
-        counts = home_counts(system, followers, tweet)
+        counts = settled_counts(system, followers, tweet, "every follower has the tweet after tweet-store's restart")
         lost += sum(1 for v in counts.values() if v == 0)
         duplicated += sum(v - 1 for v in counts.values() if v > 1)
         assert set(counts.values()) == {1}, {k: v for k, v in counts.items() if v != 1}
