@@ -96,8 +96,13 @@ class _State:
     home: PreparedStatement
 
 
-def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, concurrency: int,
-               batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS) -> Starlette:
+def create_app(
+    storage: StorageSettings,
+    keyspace: str,
+    social_graph_url: str,
+    concurrency: int,
+    batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+) -> Starlette:
     holder: list[_State] = []
 
     @contextlib.asynccontextmanager
@@ -110,8 +115,7 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
         def prepare_all() -> _State:
             return _State(
                 session=session,
-                social=SocialGraphClient("sync-baseline", social_graph_url, 10.0,
-                                         token=os.environ.get("FANLINE_INTERNAL_TOKEN")),
+                social=SocialGraphClient("sync-baseline", social_graph_url, 10.0, token=os.environ.get("FANLINE_INTERNAL_TOKEN")),
                 tweet=prep("INSERT INTO {keyspace}.tweets (tweet_id, username, body) VALUES (?, ?, ?)"),
                 userline=prep("INSERT INTO {keyspace}.userline (username_lc, tweet_id) VALUES (?, ?)"),
                 public=prep("INSERT INTO {keyspace}.public_timeline (minute, tweet_id) VALUES (?, ?)"),
@@ -148,8 +152,9 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
         owners = [author_lc, *(row.follower_lc for row in followers)]
         rows = [(o, tweet_id, author_lc, ttl) for o in owners]
         if batch_rows > 1:
-            await cql.execute_each(s, cql.replica_batches(s, st.home, rows, rows=batch_rows), name="sync_home",
-                                   concurrency=concurrency)
+            await cql.execute_each(
+                s, cql.replica_batches(s, st.home, rows, rows=batch_rows), name="sync_home", concurrency=concurrency
+            )
         else:
             await cql.execute_concurrent(s, st.home, rows, name="sync_home", concurrency=concurrency)
         return json_response({"id": str(tweet_id), "username": author, "body": body, "rows": len(owners)}, 201)
@@ -157,8 +162,9 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
     async def healthz(_: Request) -> Response:
         return json_response({"status": "ok"})
 
-    return Starlette(routes=[Route("/tweets", post, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])],
-                     lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/tweets", post, methods=["POST"]), Route("/healthz", healthz, methods=["GET"])], lifespan=lifespan
+    )
 
 
 def main() -> None:
@@ -168,13 +174,24 @@ def main() -> None:
     parser.add_argument("--social-graph-url", required=True)
     parser.add_argument("--cassandra", default="127.0.0.1:9042")
     parser.add_argument("--concurrency", type=int, default=128)
-    parser.add_argument("--batch-rows", type=int, default=policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                        help="rows per replica-grouped unlogged batch (1: single-row inserts)")
+    parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+        help="rows per replica-grouped unlogged batch (1: single-row inserts)",
+    )
     args = parser.parse_args()
     host, port = args.cassandra.rsplit(":", 1)
-    storage = StorageSettings(backend="cassandra", data_dir=Path("."), cassandra_hosts=(host,),
-                              cassandra_port=int(port), keyspace_prefix="unused", replication_factor=1,
-                              local_dc="datacenter1", request_timeout_s=20.0)
+    storage = StorageSettings(
+        backend="cassandra",
+        data_dir=Path("."),
+        cassandra_hosts=(host,),
+        cassandra_port=int(port),
+        keyspace_prefix="unused",
+        replication_factor=1,
+        local_dc="datacenter1",
+        request_timeout_s=20.0,
+    )
     app = create_app(storage, args.keyspace, args.social_graph_url, args.concurrency, args.batch_rows)
     serve(app, HttpSettings(host="127.0.0.1", port=args.port), "sync-baseline")
 

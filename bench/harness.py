@@ -50,8 +50,13 @@ def machine_info() -> dict[str, Any]:
         mem_gb = round(psutil.virtual_memory().total / 2**30, 1)
     except ImportError:
         pass
-    return {"cores": os.cpu_count(), "cpu_model": cpu, "memory_gb": mem_gb, "platform": platform.platform(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gb": mem_gb,
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def versions(infra: LocalInfra) -> dict[str, Any]:
@@ -62,9 +67,16 @@ def versions(infra: LocalInfra) -> dict[str, Any]:
     import cassandra as driver_pkg
     from fanline_api import __version__ as fanline_version
 
-    return {**infra.versions(), "fanline": fanline_version, "python": platform.python_version(),
-            "cassandra_driver": driver_pkg.__version__, "faust": faust.__version__,
-            "httpx": httpx.__version__, "starlette": starlette.__version__, "uvicorn": uvicorn.__version__}
+    return {
+        **infra.versions(),
+        "fanline": fanline_version,
+        "python": platform.python_version(),
+        "cassandra_driver": driver_pkg.__version__,
+        "faust": faust.__version__,
+        "httpx": httpx.__version__,
+        "starlette": starlette.__version__,
+        "uvicorn": uvicorn.__version__,
+    }
 
 
 # --- the harness ----------------------------------------------------------------------------
@@ -169,31 +181,52 @@ class Bench:
         if experiment:
             self.details["experiment"] = {"env": experiment}
             self.notes.append(f"EXPERIMENT, not the product's defaults: {experiment}")
-        self.system = BenchSystem(data_dir=self.tmp / "data", base_port=self.args.base_port, backend="cassandra",
-                                  kafka_bootstrap=self.infra.kafka_bootstrap, extra_env=env, log_dir=self.logs,
-                                  fanout_replica=self.args.fanout_replica,
-                                  background_nice=self.args.background_nice)
+        self.system = BenchSystem(
+            data_dir=self.tmp / "data",
+            base_port=self.args.base_port,
+            backend="cassandra",
+            kafka_bootstrap=self.infra.kafka_bootstrap,
+            extra_env=env,
+            log_dir=self.logs,
+            fanout_replica=self.args.fanout_replica,
+            background_nice=self.args.background_nice,
+        )
         self.details["deployment"] = {
-            "fanout_replicas": self.args.fanout_replica, "background_nice": self.args.background_nice,
-            "note": ("the fan-out worker calls a social-graph and a tweet-store replica of its own"
-                     if self.args.fanout_replica else "the fan-out worker shares social-graph and tweet-store "
-                                                      "with the gateway")
-                    + (f"; the worker(s) and those replicas run at nice {self.args.background_nice}"
-                       if self.args.background_nice else "; every process at the same CPU priority")
-                    + " (docs/operations.md, Background work and CPU priority)"}
-        say(f"starting social-graph, tweet-store{' (+ fan-out replicas)' if self.args.fanout_replica else ''} "
-            f"and the gateway on ports {self.args.base_port}+ (keyspaces {self.prefix}_*)")
+            "fanout_replicas": self.args.fanout_replica,
+            "background_nice": self.args.background_nice,
+            "note": (
+                "the fan-out worker calls a social-graph and a tweet-store replica of its own"
+                if self.args.fanout_replica
+                else "the fan-out worker shares social-graph and tweet-store with the gateway"
+            )
+            + (
+                f"; the worker(s) and those replicas run at nice {self.args.background_nice}"
+                if self.args.background_nice
+                else "; every process at the same CPU priority"
+            )
+            + " (docs/operations.md, Background work and CPU priority)",
+        }
+        say(
+            f"starting social-graph, tweet-store{' (+ fan-out replicas)' if self.args.fanout_replica else ''} "
+            f"and the gateway on ports {self.args.base_port}+ (keyspaces {self.prefix}_*)"
+        )
         await asyncio.to_thread(self.system.start_core)
         say("starting one fan-out worker")
         await asyncio.to_thread(self.system.start_workers, 1)
         self.monitor = RssMonitor(self.system)
         self.monitor.start()
-        storage = StorageSettings(backend="cassandra", data_dir=self.tmp, cassandra_hosts=(host,),
-                                  cassandra_port=int(port), keyspace_prefix=self.prefix, replication_factor=1,
-                                  local_dc="datacenter1", request_timeout_s=30.0)
+        storage = StorageSettings(
+            backend="cassandra",
+            data_dir=self.tmp,
+            cassandra_hosts=(host,),
+            cassandra_port=int(port),
+            keyspace_prefix=self.prefix,
+            replication_factor=1,
+            local_dc="datacenter1",
+            request_timeout_s=30.0,
+        )
         self.session = await cql.open_session(storage)
-        self.client = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=200,
-                                                                           max_keepalive_connections=200))
+        self.client = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=200, max_keepalive_connections=200))
         self.doc["versions"] = versions(self.infra)
 
     async def teardown(self) -> None:
@@ -204,14 +237,21 @@ class Bench:
             self.monitor.stop()
             self.doc["peak_rss_mb"] = {s: self.monitor.peak_mb().get(s) for s in results.SERVICES}
             loads = self.monitor.load_samples
-            self.doc["machine"]["load_average"] = ({"min": round(min(loads), 2), "mean": round(sum(loads) / len(loads), 2),
-                                                    "max": round(max(loads), 2), "samples": len(loads)} if loads else {})
+            self.doc["machine"]["load_average"] = (
+                {
+                    "min": round(min(loads), 2),
+                    "mean": round(sum(loads) / len(loads), 2),
+                    "max": round(max(loads), 2),
+                    "samples": len(loads),
+                }
+                if loads
+                else {}
+            )
         if self.system is not None:
             await asyncio.to_thread(self.system.stop)
         if self.session is not None:
             if not self.args.keep:
-                for ks in (self.social_ks, self.tweet_ks, self.sync_ks, self.stress_keyspace,
-                           f"{self.stress_keyspace}_home"):
+                for ks in (self.social_ks, self.tweet_ks, self.sync_ks, self.stress_keyspace, f"{self.stress_keyspace}_home"):
                     try:
                         await cql.execute(self.session, f"DROP KEYSPACE IF EXISTS {ks}", name="bench_drop")
                     except Exception as exc:  # noqa: BLE001 - cleanup is best effort
@@ -227,8 +267,7 @@ class Bench:
         admin = AIOKafkaAdminClient(bootstrap_servers=self.infra.kafka_bootstrap)
         try:
             await admin.start()
-            topics = [t for t in await admin.list_topics()
-                      if t.startswith((f"bench.{self.tag}.", f"bench-{self.tag}"))]
+            topics = [t for t in await admin.list_topics() if t.startswith((f"bench.{self.tag}.", f"bench-{self.tag}"))]
             if topics:
                 await admin.delete_topics(topics)
         except Exception as exc:  # noqa: BLE001 - cleanup is best effort
@@ -300,8 +339,7 @@ class Bench:
         rows = self.rows_by_worker()
         return sum(rows.values()) if rows else None
 
-    async def wait_rows(self, target: float, timeout_s: float, label: str,
-                        interval: float = 0.25) -> list[tuple[float, float]]:
+    async def wait_rows(self, target: float, timeout_s: float, label: str, interval: float = 0.25) -> list[tuple[float, float]]:
         """Poll the workers' row counters until their sum reaches ``target``;
         the (monotonic time, rows) series. A worker whose scrape fails counts
         with its last value seen, so the series never dips (a sum over only
@@ -335,13 +373,15 @@ class Bench:
         the row are absent. Chunked multi-partition reads (one node: cheap)."""
         found: dict[str, int] = {}
         for i in range(0, len(owners), 100):
-            chunk = owners[i:i + 100]
+            chunk = owners[i : i + 100]
             stmt = self._verify_stmts.get(len(chunk))
             if stmt is None:
                 stmt = await asyncio.to_thread(
-                    cql.prepare, self.session,
+                    cql.prepare,
+                    self.session,
                     f"SELECT owner_lc, WRITETIME(author_lc) AS wt FROM {self.tweet_ks}.home_timeline "
-                    f"WHERE owner_lc IN ({','.join('?' * len(chunk))}) AND tweet_id = ?")
+                    f"WHERE owner_lc IN ({','.join('?' * len(chunk))}) AND tweet_id = ?",
+                )
                 self._verify_stmts[len(chunk)] = stmt
             rows = await cql.execute(self.session, stmt, (*chunk, tweet_id), name="bench_verify")
             found.update({r.owner_lc: int(r.wt) for r in rows})
@@ -352,11 +392,14 @@ class Bench:
         were trimmed to ``FANLINE_HOME_MAX_ROWS``); untrimmed owners are absent."""
         found: dict[str, uuid.UUID] = {}
         for i in range(0, len(owners), 100):
-            chunk = owners[i:i + 100]
+            chunk = owners[i : i + 100]
             rows = await cql.execute(
-                self.session, f"SELECT owner_lc, horizon FROM {self.tweet_ks}.home_timeline WHERE owner_lc IN "
-                              f"({','.join('%s' for _ in chunk)}) PER PARTITION LIMIT 1", tuple(chunk),
-                name="bench_horizon")
+                self.session,
+                f"SELECT owner_lc, horizon FROM {self.tweet_ks}.home_timeline WHERE owner_lc IN "
+                f"({','.join('%s' for _ in chunk)}) PER PARTITION LIMIT 1",
+                tuple(chunk),
+                name="bench_horizon",
+            )
             found.update({r.owner_lc: r.horizon for r in rows if r.horizon is not None})
         return found
 
@@ -366,8 +409,7 @@ class Bench:
         say("seeding: authors through the API")
         self.backlog_authors = balanced_authors(self.tag, p.backlog_authors)
         self.lag_authors = [f"a{self.tag}l{j}" for j in range(p.lag_authors)]
-        authors = ([self.group_author(n) for n in GROUPS] + self.backlog_authors + self.lag_authors
-                   + self.post_authors)
+        authors = [self.group_author(n) for n in GROUPS] + self.backlog_authors + self.lag_authors + self.post_authors
         await self.gather_limited([self.sign_up(a) for a in authors], 4)
         for n in GROUPS:
             self.graph.followers[self.group_author(n)] = int(n)
@@ -379,13 +421,17 @@ class Bench:
             for n in GROUPS:
                 self.graph.add_disjoint(self.post_author(r, n), int(n))
         started = time.monotonic()
-        rows, statements = await asyncio.to_thread(seed.bulk_load_social_graph, self.session, self.social_ks,
-                                                   self.graph, say)
+        rows, statements = await asyncio.to_thread(seed.bulk_load_social_graph, self.session, self.social_ks, self.graph, say)
         took = time.monotonic() - started
         say(f"  social-graph bulk load: {rows:,} rows in {statements:,} statements, {took:.1f}s")
         await cql.migrate(self.session, self.sync_ks, 1, [BASELINE_SCHEMA])
-        copied = await asyncio.to_thread(seed.bulk_load_followers_table, self.session, self.sync_ks, self.graph,
-                                         [self.group_author(n) for n in GROUPS] + self.post_authors)
+        copied = await asyncio.to_thread(
+            seed.bulk_load_followers_table,
+            self.session,
+            self.sync_ks,
+            self.graph,
+            [self.group_author(n) for n in GROUPS] + self.post_authors,
+        )
         # Sanity: the service sees the bulk-loaded edges.
         r = await self.http.get(f"{self.api}/v1/users/{self.group_author('10000')}")
         seen = r.json().get("followers_count") if r.status_code == 200 else None
@@ -409,7 +455,8 @@ class Bench:
             f"tables. The synchronous baseline got the same edges in its own `followers` table ({copied:,} rows). "
             f"The system ran with cheap argon2 parameters (time 1, 8 MiB), as the end-to-end tests do; no measured "
             f"request hashes a password. Backlog authors' names were chosen so that they spread evenly over the "
-            f"{PARTITIONS} partitions of the events topic.")
+            f"{PARTITIONS} partitions of the events topic."
+        )
 
     async def seed_home_readers(self) -> None:
         """The read phase's readers (issue 18): ``plan.readers`` accounts, each
@@ -424,8 +471,10 @@ class Bench:
         edges = [(r, a) for r, authors in self.follow_sets.items() for a in authors]
         await asyncio.to_thread(seed.bulk_load_edges, self.session, self.social_ks, edges, self.home_readers)
         await self.gather_limited([self.login(u, seed.POOL_PASSWORD) for u in self.home_readers], 4)
-        say(f"  home readers: {len(self.home_readers)} accounts, each following its own {p.reader_follows} of "
-            f"{len(self.read_authors)} authors")
+        say(
+            f"  home readers: {len(self.home_readers)} accounts, each following its own {p.reader_follows} of "
+            f"{len(self.read_authors)} authors"
+        )
 
     async def post_backlog(self, tweets: int, authors: list[str] | None = None) -> list[tuple[str, str]]:
         """Post ``tweets`` from ``authors`` (default: the backlog authors),

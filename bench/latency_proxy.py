@@ -107,8 +107,10 @@ async def serve(listen: tuple[str, int], proxy: LatencyProxy) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with server:
-        print(f"latency proxy {listen[0]}:{listen[1]} -> {proxy.target[0]}:{proxy.target[1]}, "
-              f"+{proxy.delay * 1000:g} ms each way", flush=True)
+        print(
+            f"latency proxy {listen[0]}:{listen[1]} -> {proxy.target[0]}:{proxy.target[1]}, +{proxy.delay * 1000:g} ms each way",
+            flush=True,
+        )
         await stop.wait()
 
 

@@ -59,8 +59,9 @@ def rate_flag(rate: float) -> str:
     return f"{round(rate * 1000)}/1000s"
 
 
-def attack(targets_file: Path, rate: float, duration_s: float, out_dir: Path, *, timeout_s: float = 30.0,
-           max_workers: int = 2000) -> AttackRun:
+def attack(
+    targets_file: Path, rate: float, duration_s: float, out_dir: Path, *, timeout_s: float = 30.0, max_workers: int = 2000
+) -> AttackRun:
     """Send the targets (vegeta JSON lines, in order) at ``rate`` per second
     for ``duration_s``; vegeta adds workers as answers lag (up to
     ``max_workers``) so the schedule does not wait for the system."""
@@ -68,9 +69,18 @@ def attack(targets_file: Path, rate: float, duration_s: float, out_dir: Path, *,
 
     binary = vegeta_binary()
     results = out_dir / f"results-{rate:g}.bin"
-    argv = [binary, "attack", "-format=json", f"-targets={targets_file}", f"-rate={rate_flag(rate)}",
-            f"-duration={duration_s:g}s", f"-timeout={timeout_s:g}s", f"-max-workers={max_workers}",
-            "-keepalive=true", f"-output={results}"]
+    argv = [
+        binary,
+        "attack",
+        "-format=json",
+        f"-targets={targets_file}",
+        f"-rate={rate_flag(rate)}",
+        f"-duration={duration_s:g}s",
+        f"-timeout={timeout_s:g}s",
+        f"-max-workers={max_workers}",
+        "-keepalive=true",
+        f"-output={results}",
+    ]
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -79,10 +89,10 @@ def attack(targets_file: Path, rate: float, duration_s: float, out_dir: Path, *,
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"vegeta attack exited {proc.returncode}: {stderr[-500:]}")
-    encoded = subprocess.run([binary, "encode", "--to=csv", str(results)], capture_output=True, text=True,
-                             check=True, timeout=300)
-    return AttackRun(csv=encoded.stdout, cpu_s=usage.ru_utime + usage.ru_stime, wall_s=wall,
-                     offered=int(rate * duration_s))
+    encoded = subprocess.run(
+        [binary, "encode", "--to=csv", str(results)], capture_output=True, text=True, check=True, timeout=300
+    )
+    return AttackRun(csv=encoded.stdout, cpu_s=usage.ru_utime + usage.ru_stime, wall_s=wall, offered=int(rate * duration_s))
 
 
 def process_cpu_s(pid: int) -> float | None:

@@ -35,8 +35,7 @@ from .stats import percentile
 # Share of each kind of request (sums to 1). The issue's trial used 20 % posts,
 # 60 % home reads, 20 % userline reads; follows, unfollows and sign-ins (argon2,
 # the costliest request by far) take a few percent from the reads.
-MIX: dict[str, float] = {"post": 0.20, "home": 0.50, "userline": 0.20, "follow": 0.04, "unfollow": 0.04,
-                         "sign_in": 0.02}
+MIX: dict[str, float] = {"post": 0.20, "home": 0.50, "userline": 0.20, "follow": 0.04, "unfollow": 0.04, "sign_in": 0.02}
 ROUTES = tuple(MIX)
 ZIPF_EXPONENT = 1.0
 
@@ -57,8 +56,9 @@ class Population:
         return [1.0 / (i + 1) ** exponent for i in range(len(self.users))]
 
 
-def zipf_population(prefix: str, users: int, mean_following: int, rng: random.Random,
-                    exponent: float = ZIPF_EXPONENT) -> Population:
+def zipf_population(
+    prefix: str, users: int, mean_following: int, rng: random.Random, exponent: float = ZIPF_EXPONENT
+) -> Population:
     """``users`` names ``<prefix>u<i>`` (at most 15 characters) and their
     follow sets: user ``u`` follows k others, k uniform in
     [1, 2 x mean_following - 1], each picked with probability ∝ popularity,
@@ -102,8 +102,15 @@ def _target(method: str, url: str, token: str | None = None, body: Any = None) -
     return target
 
 
-def make_targets(population: Population, tokens: Mapping[str, str], base_url: str, count: int,
-                 rng: random.Random, password: str, mix: Mapping[str, float] = MIX) -> list[dict[str, Any]]:
+def make_targets(
+    population: Population,
+    tokens: Mapping[str, str],
+    base_url: str,
+    count: int,
+    rng: random.Random,
+    password: str,
+    mix: Mapping[str, float] = MIX,
+) -> list[dict[str, Any]]:
     """``count`` requests drawn from ``mix``, in vegeta's JSON target format
     (vegeta sends them in this order, one per tick of the rate)."""
     users = list(population.users)
@@ -183,16 +190,23 @@ def parse_vegeta_csv(text: str) -> list[Outcome]:
                 headers = base64.b64decode(row[11]).decode(errors="replace").lower()
             except ValueError:
                 headers = ""
-        out.append(Outcome(started_ns=int(row[0]), status=int(row[1]), latency_ms=int(row[2]) / 1e6,
-                           route=route_of(row[9], row[10]), retry_after="retry-after" in headers, error=row[5]))
+        out.append(
+            Outcome(
+                started_ns=int(row[0]),
+                status=int(row[1]),
+                latency_ms=int(row[2]) / 1e6,
+                route=route_of(row[9], row[10]),
+                retry_after="retry-after" in headers,
+                error=row[5],
+            )
+        )
     return out
 
 
 def _pct(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"p50": None, "p99": None, "max": None}
-    return {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2),
-            "max": round(max(values), 2)}
+    return {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2), "max": round(max(values), 2)}
 
 
 def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -235,8 +249,9 @@ POST_P99_BOUND_MS = 100.0
 LAG_P99_BOUND_MS = 2000.0
 
 
-def step_held(summary: Mapping[str, Any], lag_p99_ms: float | None, offered_rate: float,
-              min_achieved: float = 0.9) -> tuple[bool, str]:
+def step_held(
+    summary: Mapping[str, Any], lag_p99_ms: float | None, offered_rate: float, min_achieved: float = 0.9
+) -> tuple[bool, str]:
     """Whether the system held one saturation step: post p99 ≤ 100 ms, lag
     p99 ≤ 2 s, no more than 1 % of requests refused or failed, and the
     generator achieved at least ``min_achieved`` of the offered rate (else
@@ -275,7 +290,7 @@ def saturation_rates(start: float, factor: float, steps: int) -> list[float]:
     """Offered rates of the saturation curve: ``start`` x ``factor``^i."""
     if start <= 0 or factor <= 1 or steps < 1:
         raise ValueError("need start > 0, factor > 1, steps >= 1")
-    return [round(start * factor ** i, 1) for i in range(steps)]
+    return [round(start * factor**i, 1) for i in range(steps)]
 
 
 # --- the services' own histograms (Prometheus text, two scrapes) ----------------------------
@@ -283,8 +298,9 @@ def saturation_rates(start: float, factor: float, steps: int) -> list[float]:
 _LE = re.compile(r'le="([^"]+)"')
 
 
-def histogram_quantile(before: Mapping[str, float], after: Mapping[str, float], metric: str, q: float,
-                       must_contain: Sequence[str] = ()) -> float | None:
+def histogram_quantile(
+    before: Mapping[str, float], after: Mapping[str, float], metric: str, q: float, must_contain: Sequence[str] = ()
+) -> float | None:
     """Prometheus' ``histogram_quantile`` over the increase of every
     ``metric`` series (summed per bucket) between two scrapes whose labels
     contain all of ``must_contain``; linear inside a bucket. Seconds, or
@@ -319,8 +335,9 @@ def histogram_quantile(before: Mapping[str, float], after: Mapping[str, float], 
     return bounds[-1]
 
 
-def counter_increase(before: Mapping[str, float], after: Mapping[str, float], metric: str,
-                     must_contain: Sequence[str] = ()) -> float:
+def counter_increase(
+    before: Mapping[str, float], after: Mapping[str, float], metric: str, must_contain: Sequence[str] = ()
+) -> float:
     """The summed increase of every ``metric`` series with those labels."""
     total = 0.0
     for series, value in after.items():
@@ -334,7 +351,6 @@ def cpu_per_1k(cpu_before: Mapping[str, float], cpu_after: Mapping[str, float], 
     """CPU-seconds per 1,000 requests of each process (and ``total``)."""
     if requests <= 0:
         return {}
-    out = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / requests, 3)
-           for name in sorted(cpu_after)}
+    out = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / requests, 3) for name in sorted(cpu_after)}
     out["total"] = round(sum(out.values()), 3)
     return out

@@ -56,7 +56,11 @@ class BenchSystem(System):
         out = self._log(name)
         env = {**self.env(), **self.role_env(name), **self.env_overrides.get(name, {}), **(env or {})}
         self.procs[name] = subprocess.Popen(
-            argv, env=env, cwd=self.data_dir, stdout=out, stderr=subprocess.STDOUT if out else None,
+            argv,
+            env=env,
+            cwd=self.data_dir,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
             preexec_fn=_system.child_setup(self.nice_of(name)),
         )
         if out is not None:
@@ -94,8 +98,9 @@ class BenchSystem(System):
             names.append(name)
         return names
 
-    def start_workers(self, count: int, timeout: float = 120,
-                      env_for: Callable[[int], dict[str, str]] | None = None) -> list[str]:
+    def start_workers(
+        self, count: int, timeout: float = 120, env_for: Callable[[int], dict[str, str]] | None = None
+    ) -> list[str]:
         """Start ``count`` workers and wait until each has joined the group
         (its /readyz answers 200)."""
         names = self.spawn_workers(count, env_for)
@@ -164,15 +169,40 @@ class BenchSystem(System):
         return {n: p.pid for n, p in self.procs.items() if p.poll() is None}
 
 
-def spawn_baseline(python: str, port: int, keyspace: str, social_graph_url: str, cassandra: str,
-                   concurrency: int, log_path: Path, batch_rows: int = 1) -> subprocess.Popen[bytes]:
+def spawn_baseline(
+    python: str,
+    port: int,
+    keyspace: str,
+    social_graph_url: str,
+    cassandra: str,
+    concurrency: int,
+    log_path: Path,
+    batch_rows: int = 1,
+) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [python, "-m", "bench.baseline", "--port", str(port), "--keyspace", keyspace,
-             "--social-graph-url", social_graph_url, "--cassandra", cassandra, "--concurrency", str(concurrency),
-             "--batch-rows", str(batch_rows)],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_system._die_with_parent,
+            [
+                python,
+                "-m",
+                "bench.baseline",
+                "--port",
+                str(port),
+                "--keyspace",
+                keyspace,
+                "--social-graph-url",
+                social_graph_url,
+                "--cassandra",
+                cassandra,
+                "--concurrency",
+                str(concurrency),
+                "--batch-rows",
+                str(batch_rows),
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_system._die_with_parent,
         )
     deadline = time.monotonic() + 60
     while not _system._http_ok(f"http://127.0.0.1:{port}/healthz"):

@@ -29,9 +29,24 @@ def start_profile(pid: int, duration_s: int, out: Path, rate: int = 100) -> subp
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [exe, "record", "--pid", str(pid), "--duration", str(duration_s), "--rate", str(rate), "--format", "raw",
-         "--function", "--gil", "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(duration_s),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--function",
+            "--gil",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -89,7 +104,7 @@ def _short(frame: str) -> str:
     for anchor in ("site-packages", "src", "lib"):
         if anchor in parts:
             idx = len(parts) - 1 - parts[::-1].index(anchor)
-            file = "/".join(parts[idx + 1:])
+            file = "/".join(parts[idx + 1 :])
             break
     return f"{m.group('func')} ({file})"
 
@@ -115,7 +130,8 @@ def summarize_profile(path: Path, top: int = 12) -> dict[str, Any]:
             continue
         total += count
         if any(f.startswith("current_async_library (httpcore") for f in frames) and any(
-                "importlib" in f or "_distutils_hack" in f for f in frames):
+            "importlib" in f or "_distutils_hack" in f for f in frames
+        ):
             sniffio += count
         leaf = frames[-1]
         self_time[_short(leaf)] += count

@@ -52,21 +52,22 @@ def _bucket_series(scraped: dict[str, float], metric: str, labels: str, le: str)
     mark, want = f'le="{le}"', labels or "{}"
     for series in scraped:
         if series.startswith(f"{metric}_bucket{{") and mark in series:
-            rest = series[len(f"{metric}_bucket"):]
+            rest = series[len(f"{metric}_bucket") :]
             if rest.replace(mark + ",", "").replace("," + mark, "").replace(mark, "") == want:
                 return series
     return None
 
 
-def histogram_means(before: dict[str, float], after: dict[str, float], metric: str,
-                    must_contain: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def histogram_means(
+    before: dict[str, float], after: dict[str, float], metric: str, must_contain: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
     """Mean (ms), count, and how many took over 25 ms (a histogram bucket
     bound: where the tail is) of each ``metric`` series between two scrapes."""
     rows = []
     for series, total in after.items():
         if not series.startswith(metric + "_sum"):
             continue
-        labels = series[len(metric + "_sum"):]
+        labels = series[len(metric + "_sum") :]
         if must_contain and not any(m in labels for m in must_contain):
             continue
         count = after.get(f"{metric}_count{labels}", 0.0) - before.get(f"{metric}_count{labels}", 0.0)

@@ -22,8 +22,7 @@ from fanline_shared import cassandra as cql
 
 from .common import say
 
-QUERY = ("SELECT active_tasks, pending_tasks FROM system_views.thread_pools "
-         "WHERE name = 'CompactionExecutor'")
+QUERY = "SELECT active_tasks, pending_tasks FROM system_views.thread_pools WHERE name = 'CompactionExecutor'"
 
 
 async def compaction_tasks(session: Any) -> int:
@@ -32,8 +31,9 @@ async def compaction_tasks(session: Any) -> int:
     return sum(int(r.active_tasks or 0) + int(r.pending_tasks or 0) for r in rows)
 
 
-async def settle_compactions(session: Any, label: str, timeout_s: float = 600.0, interval_s: float = 2.0,
-                             quiet_polls: int = 3) -> dict[str, Any]:
+async def settle_compactions(
+    session: Any, label: str, timeout_s: float = 600.0, interval_s: float = 2.0, quiet_polls: int = 3
+) -> dict[str, Any]:
     """Wait until no compaction runs or waits for ``quiet_polls`` polls in a
     row (a flush can start one right after the last ends), at most
     ``timeout_s``. Returns {"tasks_at_start", "waited_s", "settled"}."""
@@ -52,6 +52,8 @@ async def settle_compactions(session: Any, label: str, timeout_s: float = 600.0,
         tasks = await compaction_tasks(session)
     waited = time.monotonic() - started
     if first or not settled:
-        say(f"{label}: waited {waited:.0f}s for Cassandra's compactions ({first} at first)"
-            + ("" if settled else f"; {tasks} still running after {timeout_s:.0f}s"))
+        say(
+            f"{label}: waited {waited:.0f}s for Cassandra's compactions ({first} at first)"
+            + ("" if settled else f"; {tasks} still running after {timeout_s:.0f}s")
+        )
     return {"tasks_at_start": first, "waited_s": round(waited, 1), "settled": settled}

@@ -19,8 +19,7 @@ RATIO_ROWS = (
     ("worker_vs_ceiling", "fan-out worker rows/s ÷ fair bare-driver ceiling (same batching, winning window)", "≥ 0.9"),
     ("sync_vs_ours_p99_10000", "synchronous baseline p99 ÷ ours p99, 10,000 followers (both batched)", "≥ 50"),
     ("post_p99_10000_vs_0", "ours post p99 at 10,000 followers ÷ at 0", "≤ 1.5"),
-    ("post_p99_running_vs_stopped", "ours post p99 with the fan-out running ÷ worker stopped (10,000 followers)",
-     "≤ 1.5"),
+    ("post_p99_running_vs_stopped", "ours post p99 with the fan-out running ÷ worker stopped (10,000 followers)", "≤ 1.5"),
     ("fanout_speed_during_posts_vs_idle", "fan-out rows/s while posts are measured ÷ its idle rows/s", "≥ 0.5"),
     ("read_p50_vs_raw_cached", "`GET /v1/timeline` p50 ÷ raw CQL p50 with tweet-store's cache rules", "≤ 1.5"),
     ("read_p50_vs_raw_uncached", "`GET /v1/timeline` p50 ÷ raw CQL p50, uncached", "(reported)"),
@@ -46,8 +45,12 @@ def estimate_full_run_s(plan: Mapping[str, Any]) -> dict[str, float]:
     sync = samples * sum(0.008 + 70e-6 * n + gap for n in counts)
     offered = 2 * rounds * samples * sum(n + 1 for n in counts)
     idle = 20_000.0
-    lag = (float(plan.get("lag_duration_s", 120)) + len(plan.get("lag_sweep_rates", ()) or ())
-           * float(plan.get("lag_sweep_duration_s", 60)) + float(plan.get("lag_reads_duration_s", 60)) + 60)
+    lag = (
+        float(plan.get("lag_duration_s", 120))
+        + len(plan.get("lag_sweep_rates", ()) or ()) * float(plan.get("lag_sweep_duration_s", 60))
+        + float(plan.get("lag_reads_duration_s", 60))
+        + 60
+    )
     reads = int(plan.get("read_blocks", 3)) * 5 * float(plan.get("read_block_s", 10)) + 30
     return {
         "seeding": 90.0,
@@ -70,10 +73,12 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
     fair: Mapping[str, Any] = doc.get("fair") or {}
     add("## Fair baselines and repeated ratios (issue 18)")
     add("")
-    add("Every headline ratio is measured at least three times in one run, **interleaved** (A B A B A B, never "
+    add(
+        "Every headline ratio is measured at least three times in one run, **interleaved** (A B A B A B, never "
         "A A A B B B), and reported as the median with the range; the targets above are judged on the median. "
         "Every p99 on either side of a p99 comparison rests on at least 300 samples; a comparison with fewer "
-        "(a quick run) is reported but not judged.")
+        "(a quick run) is reported but not judged."
+    )
     add("")
     rows = []
     for key, what, bound in RATIO_ROWS:
@@ -81,45 +86,73 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
         med = r.get("median")
         rng = NOT_MEASURED if med is None else f"{fmt(r.get('min'), 2)} – {fmt(r.get('max'), 2)}"
         samples = r.get("min_samples")
-        rows.append([what, _v(med), rng, fmt(r.get("n")) if med is not None else "—",
-                     fmt(samples) if samples is not None else "—", bound])
+        rows.append(
+            [what, _v(med), rng, fmt(r.get("n")) if med is not None else "—", fmt(samples) if samples is not None else "—", bound]
+        )
     add(_table(["ratio", "median", "min – max", "rounds", "fewest samples per percentile", "target"], rows))
     add("")
 
     fd: Mapping[str, Any] = d.get("fanout") or {}
     add("### Fan-out ceiling with the same batching")
     add("")
-    add(_table(["writer", "rows/s"], [
-        ["one fan-out worker (median of its rounds)", _v((fair.get("worker_rows_per_s") or {}).get("median")
-                                                          if isinstance(fair.get("worker_rows_per_s"), Mapping)
-                                                          else fair.get("worker_rows_per_s"), 0)],
-        ["bare driver, replica-grouped unlogged batches, winning window (median)",
-         _v(fair.get("ceiling_rows_per_s"), 0)],
-        ["cassandra-stress user profile: batched inserts into `home_timeline`",
-         _v(fair.get("stress_rows_per_s"), 0)],
-    ]))
+    add(
+        _table(
+            ["writer", "rows/s"],
+            [
+                [
+                    "one fan-out worker (median of its rounds)",
+                    _v(
+                        (fair.get("worker_rows_per_s") or {}).get("median")
+                        if isinstance(fair.get("worker_rows_per_s"), Mapping)
+                        else fair.get("worker_rows_per_s"),
+                        0,
+                    ),
+                ],
+                ["bare driver, replica-grouped unlogged batches, winning window (median)", _v(fair.get("ceiling_rows_per_s"), 0)],
+                ["cassandra-stress user profile: batched inserts into `home_timeline`", _v(fair.get("stress_rows_per_s"), 0)],
+            ],
+        )
+    )
     add("")
     tuning = fd.get("bare_driver_tuning") or []
     if tuning and any(t.get("batch_rows", 1) > 1 for t in tuning):
         add("The sweep (the winning row sets the ceiling and the synchronous baseline's window):")
         add("")
-        add(_table(["driver path", "rows per batch", "batches in flight", "rows", "rows/s"],
-                   [[t.get("path"), fmt(t.get("batch_rows")), fmt(t.get("concurrency")), fmt(t.get("rows")),
-                     fmt(t.get("rows_per_s"), 0)] for t in tuning]))
+        add(
+            _table(
+                ["driver path", "rows per batch", "batches in flight", "rows", "rows/s"],
+                [
+                    [
+                        t.get("path"),
+                        fmt(t.get("batch_rows")),
+                        fmt(t.get("concurrency")),
+                        fmt(t.get("rows")),
+                        fmt(t.get("rows_per_s"), 0),
+                    ]
+                    for t in tuning
+                ],
+            )
+        )
         add("")
         single = fd.get("bare_driver_single_row") or []
         if single:
-            add("For comparison, the old ceiling (one row per request): "
-                + ", ".join(f"{fmt(s.get('rows_per_s'), 0)} rows/s ({s.get('path')}, {s.get('concurrency')} in "
-                            "flight)" for s in single) + ".")
+            add(
+                "For comparison, the old ceiling (one row per request): "
+                + ", ".join(
+                    f"{fmt(s.get('rows_per_s'), 0)} rows/s ({s.get('path')}, {s.get('concurrency')} in flight)" for s in single
+                )
+                + "."
+            )
             add("")
     else:
         add(f"The sweep of the batched ceiling: {NOT_MEASURED}.")
         add("")
     user = fd.get("stress_user") or {}
     if user.get("args"):
-        add(f"cassandra-stress ran `{user['args']}` with this profile (one row to each of the batch's partitions, "
-            "unlogged; on one node every partition shares the replica, as `replica_batches` groups them):")
+        add(
+            f"cassandra-stress ran `{user['args']}` with this profile (one row to each of the batch's partitions, "
+            "unlogged; on one node every partition shares the replica, as `replica_batches` groups them):"
+        )
         add("")
         add("```yaml\n" + str(user.get("profile", "")).rstrip() + "\n```")
         add("")
@@ -129,9 +162,11 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
     tr: Mapping[str, Any] = fair.get("timeline_read_ms") or {}
     rd: Mapping[str, Any] = d.get("timeline_read") or {}
     rows = []
-    for key, label in (("api", "`GET /v1/timeline?limit=20`"),
-                       ("raw_cached", "raw CQL with tweet-store's cache rules (fair)"),
-                       ("raw_uncached", "raw CQL, every tweet read")):
+    for key, label in (
+        ("api", "`GET /v1/timeline?limit=20`"),
+        ("raw_cached", "raw CQL with tweet-store's cache rules (fair)"),
+        ("raw_uncached", "raw CQL, every tweet read"),
+    ):
         v = tr.get(key) or {}
         rows.append([label, _v(v.get("p50")), _v(v.get("p99"))])
     add(_table(["path", "p50 (ms)", "p99 (ms)"], rows))
@@ -139,38 +174,67 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
     if rd.get("distinct_follow_sets") is not None:
         ours_hr = (rd.get("tweet_cache") or {}).get("hit_ratio")
         raw_hr = (rd.get("raw_cache") or {}).get("hit_ratio")
-        add(f"{fmt(rd.get('readers'))} readers with {fmt(rd.get('distinct_follow_sets'))} distinct follow sets "
+        add(
+            f"{fmt(rd.get('readers'))} readers with {fmt(rd.get('distinct_follow_sets'))} distinct follow sets "
             f"saw {fmt(rd.get('distinct_pages_seen'))} distinct pages; cache hit ratio: tweet-store "
-            f"{_v(ours_hr, 3)}, the raw baseline's {_v(raw_hr, 3)}.")
+            f"{_v(ours_hr, 3)}, the raw baseline's {_v(raw_hr, 3)}."
+        )
         add("")
 
     add("### Post phase: nothing skipped")
     add("")
     pf: Mapping[str, Any] = doc.get("post_fanout") or {}
-    add(_table(["", ""], [
-        ["home-timeline rows offered by the phase's posts", _v(pf.get("offered_rows"), 0)],
-        ["delivered while the phase posted", _v(pf.get("delivered_rows_during_blocks"), 0)],
-        ["delivered in all (after the drain)", _v(pf.get("delivered_rows"), 0)],
-        ["drain after the last block (s)", _v(pf.get("drain_after_s"), 1)],
-    ]))
+    add(
+        _table(
+            ["", ""],
+            [
+                ["home-timeline rows offered by the phase's posts", _v(pf.get("offered_rows"), 0)],
+                ["delivered while the phase posted", _v(pf.get("delivered_rows_during_blocks"), 0)],
+                ["delivered in all (after the drain)", _v(pf.get("delivered_rows"), 0)],
+                ["drain after the last block (s)", _v(pf.get("drain_after_s"), 1)],
+            ],
+        )
+    )
     add("")
     lags: Mapping[str, Any] = pf.get("lag_ms") or {}
     add("Delivery lag of the phase's own tweets (a sample per follower count, row by row):")
     add("")
-    add(_table(["followers", "tweets", "p50 (ms)", "p99 (ms)", "max (ms)"],
-               [[f"{int(n):,}", fmt((lags.get(n) or {}).get("n")), _v((lags.get(n) or {}).get("p50"), 0),
-                 _v((lags.get(n) or {}).get("p99"), 0), _v((lags.get(n) or {}).get("max"), 0)]
-                for n in FOLLOWER_COUNTS]))
+    add(
+        _table(
+            ["followers", "tweets", "p50 (ms)", "p99 (ms)", "max (ms)"],
+            [
+                [
+                    f"{int(n):,}",
+                    fmt((lags.get(n) or {}).get("n")),
+                    _v((lags.get(n) or {}).get("p50"), 0),
+                    _v((lags.get(n) or {}).get("p99"), 0),
+                    _v((lags.get(n) or {}).get("max"), 0),
+                ]
+                for n in FOLLOWER_COUNTS
+            ],
+        )
+    )
     add("")
 
     add("### Delivery lag with reads running")
     add("")
     lr: Mapping[str, Any] = doc.get("delivery_lag_reads_ms") or {}
-    add(_table(["followers", "tweets/s", "reads/s asked", "reads/s achieved", "posts refused", "lag p50 (ms)",
-                "lag p99 (ms)"], [[
-        fmt(lr.get("followers")), _v(lr.get("rate_per_s"), 1), _v(lr.get("reads_per_s"), 0),
-        _v(lr.get("reads_per_s_achieved"), 1), _v(lr.get("posts_refused"), 0), _v(lr.get("p50"), 0),
-        _v(lr.get("p99"), 0)]]))
+    add(
+        _table(
+            ["followers", "tweets/s", "reads/s asked", "reads/s achieved", "posts refused", "lag p50 (ms)", "lag p99 (ms)"],
+            [
+                [
+                    fmt(lr.get("followers")),
+                    _v(lr.get("rate_per_s"), 1),
+                    _v(lr.get("reads_per_s"), 0),
+                    _v(lr.get("reads_per_s_achieved"), 1),
+                    _v(lr.get("posts_refused"), 0),
+                    _v(lr.get("p50"), 0),
+                    _v(lr.get("p99"), 0),
+                ]
+            ],
+        )
+    )
     add("")
     method = (d.get("delivery_lag_reads") or {}).get("method")
     if method:
@@ -181,8 +245,10 @@ def fair_section(doc: Mapping[str, Any]) -> list[str]:
     total = sum(est.values())
     add("### How long a full `make bench` takes")
     add("")
-    add(f"Estimated **about {total / 60:.0f} minutes** on this 2-core machine (from the full plan and the "
-        "unit costs of earlier runs; a run records its real `duration_s` and `phase_seconds`):")
+    add(
+        f"Estimated **about {total / 60:.0f} minutes** on this 2-core machine (from the full plan and the "
+        "unit costs of earlier runs; a run records its real `duration_s` and `phase_seconds`):"
+    )
     add("")
     add(_table(["part", "minutes (estimate)"], [[k, f"{v / 60:.0f}"] for k, v in est.items()]))
     add("")

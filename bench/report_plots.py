@@ -47,8 +47,12 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     if any(get(pl, f"{side}.{n}.p50") is not None for side in ("ours", "sync_baseline") for n in FOLLOWER_COUNTS):
         fig, ax = plt.subplots(figsize=(7, 4.2))
         xs = list(range(len(FOLLOWER_COUNTS)))
-        styles = {("ours", "p50"): ("tab:blue", "-", "o"), ("ours", "p99"): ("tab:blue", "--", "s"),
-                  ("sync_baseline", "p50"): ("tab:red", "-", "o"), ("sync_baseline", "p99"): ("tab:red", "--", "s")}
+        styles = {
+            ("ours", "p50"): ("tab:blue", "-", "o"),
+            ("ours", "p99"): ("tab:blue", "--", "s"),
+            ("sync_baseline", "p50"): ("tab:red", "-", "o"),
+            ("sync_baseline", "p99"): ("tab:red", "--", "s"),
+        }
         for (side, p), (color, line, marker) in styles.items():
             ys = [get(pl, f"{side}.{n}.{p}") for n in FOLLOWER_COUNTS]
             pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
@@ -58,8 +62,14 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         stopped = [get(doc, f"details.post_latency.ours_worker_stopped.{n}.p99") for n in FOLLOWER_COUNTS]
         pts = [(x, y) for x, y in zip(xs, stopped, strict=True) if y is not None]
         if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], color="tab:cyan", linestyle=":", marker="^",
-                    label="Fanline p99, worker stopped")
+            ax.plot(
+                [x for x, _ in pts],
+                [y for _, y in pts],
+                color="tab:cyan",
+                linestyle=":",
+                marker="^",
+                label="Fanline p99, worker stopped",
+            )
         ax.set_xticks(xs, [f"{int(n):,}" for n in FOLLOWER_COUNTS])
         ax.set_yscale("log")
         ax.set_xlabel("followers of the author")
@@ -71,16 +81,24 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
 
     # Fan-out throughput vs ceilings
     fo = doc.get("fanout_rows_per_s") or {}
-    bars = [("worker\n(1 process)", fo.get("worker"), "tab:blue"), ("bare driver\n(ceiling)", fo.get("bare_driver"), "tab:gray"),
-            ("cassandra-stress\nwrite ops/s", fo.get("cassandra_stress_ops"), "tab:olive")]
+    bars = [
+        ("worker\n(1 process)", fo.get("worker"), "tab:blue"),
+        ("bare driver\n(ceiling)", fo.get("bare_driver"), "tab:gray"),
+        ("cassandra-stress\nwrite ops/s", fo.get("cassandra_stress_ops"), "tab:olive"),
+    ]
     if any(v is not None for _, v, _ in bars):
         fig, ax = plt.subplots(figsize=(6.5, 4))
         names = [b[0] for b in bars]
         values = [b[1] or 0 for b in bars]
         rects = ax.bar(names, values, color=[b[2] for b in bars])
         for rect, (_, v, _) in zip(rects, bars, strict=True):
-            ax.annotate("not measured" if v is None else f"{v:,.0f}", (rect.get_x() + rect.get_width() / 2, rect.get_height()),
-                        ha="center", va="bottom", fontsize=8)
+            ax.annotate(
+                "not measured" if v is None else f"{v:,.0f}",
+                (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         if fo.get("bare_driver"):
             ax.axhline(0.7 * fo["bare_driver"], color="tab:red", linestyle=":", label="target: 0.7 × bare driver")
             ax.legend(fontsize=8)
@@ -96,8 +114,13 @@ def make_plots(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         rects = ax.bar([f"{n} worker{'s' if n != '1' else ''}" for n in WORKER_COUNTS], values, color="tab:blue")
         for rect, n in zip(rects, WORKER_COUNTS, strict=True):
             v = sc.get(n)
-            ax.annotate("—" if v is None else f"{v:,.0f}", (rect.get_x() + rect.get_width() / 2, rect.get_height()),
-                        ha="center", va="bottom", fontsize=8)
+            ax.annotate(
+                "—" if v is None else f"{v:,.0f}",
+                (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
         if fo.get("bare_driver"):
             ax.axhline(fo["bare_driver"], color="tab:gray", linestyle="--", label="bare-driver ceiling")
             ax.legend(fontsize=8)

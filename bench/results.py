@@ -30,8 +30,7 @@ LARGE_FOLLOWED = ("0", "10", "100")  # large accounts a home reader follows (iss
 SCHEMA: tuple[str, ...] = (
     "machine",
     "versions",
-    *(f"post_latency_ms.{side}.{n}.{p}" for side in ("ours", "sync_baseline") for n in FOLLOWER_COUNTS
-      for p in ("p50", "p99")),
+    *(f"post_latency_ms.{side}.{n}.{p}" for side in ("ours", "sync_baseline") for n in FOLLOWER_COUNTS for p in ("p50", "p99")),
     "fanout_rows_per_s.worker",
     "fanout_rows_per_s.bare_driver",
     "fanout_rows_per_s.cassandra_stress_ops",
@@ -75,18 +74,31 @@ def empty_result() -> dict[str, Any]:
         "machine": {},
         "versions": {},
         "post_latency_ms": {side: {n: dict(pct) for n in FOLLOWER_COUNTS} for side in ("ours", "sync_baseline")},
-        "fanout_rows_per_s": {"worker": None, "bare_driver": None, "cassandra_stress_ops": None,
-                              "cassandra_stress_rows": None},
+        "fanout_rows_per_s": {"worker": None, "bare_driver": None, "cassandra_stress_ops": None, "cassandra_stress_rows": None},
         "delivery_lag_ms": {"followers": 1000, "rate_per_s": None, "p50": None, "p99": None},
         "timeline_read_ms": {"api": dict(pct), "raw": dict(pct), "rate_per_s": None},
         "scaling_rows_per_s": {**{n: None for n in WORKER_COUNTS}, "cores": None},
         "peak_rss_mb": {s: None for s in SERVICES},
-        "celebrity": {"threshold": None, "hybrid_on": {}, "hybrid_off": {},
-                      "home_read_ms": {g: dict(pct) for g in LARGE_FOLLOWED}, "crossover_followers": None},
-        "latency_scaling": {"delay_ms_each_way": None, "rows_per_s": {n: None for n in WORKER_COUNTS},
-                            "ratio_vs_1": {n: None for n in WORKER_COUNTS[1:]}, "cpu_s_per_1k_rows": None},
-        "streams": {"streams": None, "rate_per_s": None, "update_latency_ms": dict(pct),
-                    "kib_per_idle_stream": None, "idle_heartbeat_cpu_percent": None},
+        "celebrity": {
+            "threshold": None,
+            "hybrid_on": {},
+            "hybrid_off": {},
+            "home_read_ms": {g: dict(pct) for g in LARGE_FOLLOWED},
+            "crossover_followers": None,
+        },
+        "latency_scaling": {
+            "delay_ms_each_way": None,
+            "rows_per_s": {n: None for n in WORKER_COUNTS},
+            "ratio_vs_1": {n: None for n in WORKER_COUNTS[1:]},
+            "cpu_s_per_1k_rows": None,
+        },
+        "streams": {
+            "streams": None,
+            "rate_per_s": None,
+            "update_latency_ms": dict(pct),
+            "kib_per_idle_stream": None,
+            "idle_heartbeat_cpu_percent": None,
+        },
         **results_openloop.empty(),
         **empty_fair(),
         "details": {},
@@ -192,24 +204,70 @@ def celebrity_targets(doc: Mapping[str, Any]) -> list[Target]:
     cross = _num(doc, "celebrity.crossover_followers")
     one = _num(doc, "latency_scaling.rows_per_s.1")
     return [
-        Target("celebrity_readable_1s", "a 1,000,000-follower author's tweet readable by every follower within 1 s "
-               "(hybrid on)", _num(doc, f"celebrity.hybrid_on.{on}.readable_last_follower_s") if on else None, 1.0,
-               "<=", f"slowest tweet to the last follower{at_on} (s)", "1 s"),
-        Target("celebrity_ordinary_lag", "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower "
-               "author posts (hybrid on)", _num(doc, f"celebrity.hybrid_on.{on}.ordinary_lag_p99_ms") if on else None,
-               2000.0, "<=", f"ordinary lag p99{at_on} (ms)", "2,000 ms"),
-        Target("celebrity_ordinary_lag_push", "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower "
-               "author posts (hybrid off: the push path is fair)",
-               _num(doc, f"celebrity.hybrid_off.{off}.ordinary_lag_p99_ms") if off else None, 2000.0, "<=",
-               f"ordinary lag p99{at_off}, hybrid off (ms)", "2,000 ms"),
-        Target("home_read_large", "home-read p99 following 10 large accounts ≤ 2 × following none",
-               read10, _mul(read0, 2.0), "<=", "p99 with 10 large accounts (ms)", "2 × p99 with none (ms)"),
-        Target("threshold_crossover", "the default large-account threshold within 3× of the measured crossover",
-               _log_distance(threshold, cross), math.log10(3), "<=", "abs(log10(threshold ÷ crossover))", "log10(3)"),
-        Target("latency_scaling_2", "latency-bound fan-out: 2 workers + 2 replicas ≥ 1.8 × the rows/s of one",
-               _div(_num(doc, "latency_scaling.rows_per_s.2"), one), 1.8, ">=", "rows/s of 2 ÷ rows/s of 1", "1.8"),
-        Target("latency_scaling_4", "latency-bound fan-out: 4 workers + 4 replicas ≥ 3.2 × the rows/s of one",
-               _div(_num(doc, "latency_scaling.rows_per_s.4"), one), 3.2, ">=", "rows/s of 4 ÷ rows/s of 1", "3.2"),
+        Target(
+            "celebrity_readable_1s",
+            "a 1,000,000-follower author's tweet readable by every follower within 1 s (hybrid on)",
+            _num(doc, f"celebrity.hybrid_on.{on}.readable_last_follower_s") if on else None,
+            1.0,
+            "<=",
+            f"slowest tweet to the last follower{at_on} (s)",
+            "1 s",
+        ),
+        Target(
+            "celebrity_ordinary_lag",
+            "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower author posts (hybrid on)",
+            _num(doc, f"celebrity.hybrid_on.{on}.ordinary_lag_p99_ms") if on else None,
+            2000.0,
+            "<=",
+            f"ordinary lag p99{at_on} (ms)",
+            "2,000 ms",
+        ),
+        Target(
+            "celebrity_ordinary_lag_push",
+            "ordinary authors' delivery lag p99 ≤ 2 s while a 1,000,000-follower "
+            "author posts (hybrid off: the push path is fair)",
+            _num(doc, f"celebrity.hybrid_off.{off}.ordinary_lag_p99_ms") if off else None,
+            2000.0,
+            "<=",
+            f"ordinary lag p99{at_off}, hybrid off (ms)",
+            "2,000 ms",
+        ),
+        Target(
+            "home_read_large",
+            "home-read p99 following 10 large accounts ≤ 2 × following none",
+            read10,
+            _mul(read0, 2.0),
+            "<=",
+            "p99 with 10 large accounts (ms)",
+            "2 × p99 with none (ms)",
+        ),
+        Target(
+            "threshold_crossover",
+            "the default large-account threshold within 3× of the measured crossover",
+            _log_distance(threshold, cross),
+            math.log10(3),
+            "<=",
+            "abs(log10(threshold ÷ crossover))",
+            "log10(3)",
+        ),
+        Target(
+            "latency_scaling_2",
+            "latency-bound fan-out: 2 workers + 2 replicas ≥ 1.8 × the rows/s of one",
+            _div(_num(doc, "latency_scaling.rows_per_s.2"), one),
+            1.8,
+            ">=",
+            "rows/s of 2 ÷ rows/s of 1",
+            "1.8",
+        ),
+        Target(
+            "latency_scaling_4",
+            "latency-bound fan-out: 4 workers + 4 replicas ≥ 3.2 × the rows/s of one",
+            _div(_num(doc, "latency_scaling.rows_per_s.4"), one),
+            3.2,
+            ">=",
+            "rows/s of 4 ÷ rows/s of 1",
+            "3.2",
+        ),
     ]
 
 
@@ -230,21 +288,62 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
     stream_kib = _num(doc, "streams.kib_per_idle_stream")
     fair = fair_targets(doc)
     old = [
-        Target("post_p99_flat", "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers",
-               ours10k, _mul(ours0, 1.5), "<=", "p99 at 10,000 (ms)", "1.5 × p99 at 0 (ms)"),
-        Target("sync_ratio", "synchronous-baseline p99 ÷ ours at 10,000 followers ≥ 50",
-               _div(sync10k, ours10k), 50.0, ">=", "sync p99 ÷ ours p99", "50"),
-        Target("worker_vs_driver", "fan-out worker rows/s ≥ 0.7 × the bare-driver ceiling",
-               worker, _mul(bare, 0.7), ">=", "worker rows/s", "0.7 × bare-driver rows/s"),
-        Target("read_vs_raw", "timeline read p50 ≤ 2 × the raw CQL p50",
-               api50, _mul(raw50, 2.0), "<=", "GET /v1/timeline p50 (ms)", "2 × raw CQL p50 (ms)"),
-        Target("lag_p99", "delivery lag p99 ≤ 2 s for 1,000 followers at the reported rate",
-               lag99, 2000.0, "<=", "lag p99 (ms)", "2,000 ms"),
+        Target(
+            "post_p99_flat",
+            "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers",
+            ours10k,
+            _mul(ours0, 1.5),
+            "<=",
+            "p99 at 10,000 (ms)",
+            "1.5 × p99 at 0 (ms)",
+        ),
+        Target(
+            "sync_ratio",
+            "synchronous-baseline p99 ÷ ours at 10,000 followers ≥ 50",
+            _div(sync10k, ours10k),
+            50.0,
+            ">=",
+            "sync p99 ÷ ours p99",
+            "50",
+        ),
+        Target(
+            "worker_vs_driver",
+            "fan-out worker rows/s ≥ 0.7 × the bare-driver ceiling",
+            worker,
+            _mul(bare, 0.7),
+            ">=",
+            "worker rows/s",
+            "0.7 × bare-driver rows/s",
+        ),
+        Target(
+            "read_vs_raw",
+            "timeline read p50 ≤ 2 × the raw CQL p50",
+            api50,
+            _mul(raw50, 2.0),
+            "<=",
+            "GET /v1/timeline p50 (ms)",
+            "2 × raw CQL p50 (ms)",
+        ),
+        Target(
+            "lag_p99",
+            "delivery lag p99 ≤ 2 s for 1,000 followers at the reported rate",
+            lag99,
+            2000.0,
+            "<=",
+            "lag p99 (ms)",
+            "2,000 ms",
+        ),
         *celebrity_targets(doc),
-        Target("stream_p99", "stream update latency p99 ≤ 1 s (1,000 home streams, 5 posts/s to ~100 each)",
-               stream99, 1000.0, "<=", "update p99 (ms)", "1,000 ms"),
-        Target("stream_memory", "memory per idle stream ≤ 50 KiB",
-               stream_kib, 50.0, "<=", "KiB per idle stream", "50 KiB"),
+        Target(
+            "stream_p99",
+            "stream update latency p99 ≤ 1 s (1,000 home streams, 5 posts/s to ~100 each)",
+            stream99,
+            1000.0,
+            "<=",
+            "update p99 (ms)",
+            "1,000 ms",
+        ),
+        Target("stream_memory", "memory per idle stream ≤ 50 KiB", stream_kib, 50.0, "<=", "KiB per idle stream", "50 KiB"),
         *(Target(*spec) for spec in results_openloop.target_specs(doc)),
     ]
     # Issue 18: the old keys keep their place, judged against the fair baselines.
@@ -257,8 +356,19 @@ def evaluate_targets(doc: Mapping[str, Any]) -> list[Target]:
 # Describe the full run that produced the document: a partial run never replaces them.
 RUN_KEYS = ("machine", "versions", "peak_rss_mb")
 # The run's own bookkeeping in ``details``: a partial run keeps its copy in ``details.partial_runs``.
-RUN_DETAILS = ("mode", "started_at", "command", "plan", "tag", "notes", "phase_seconds", "duration_s",
-               "memory_method", "experiment", "deployment")
+RUN_DETAILS = (
+    "mode",
+    "started_at",
+    "command",
+    "plan",
+    "tag",
+    "notes",
+    "phase_seconds",
+    "duration_s",
+    "memory_method",
+    "experiment",
+    "deployment",
+)
 
 
 def _merge_figures(old: Any, new: Any) -> Any:

@@ -25,8 +25,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .results import Target
 
-RATIOS = ("worker_vs_ceiling", "sync_vs_ours_p99_10000", "post_p99_10000_vs_0", "post_p99_running_vs_stopped",
-          "fanout_speed_during_posts_vs_idle", "read_p50_vs_raw_cached", "read_p50_vs_raw_uncached")
+RATIOS = (
+    "worker_vs_ceiling",
+    "sync_vs_ours_p99_10000",
+    "post_p99_10000_vs_0",
+    "post_p99_running_vs_stopped",
+    "fanout_speed_during_posts_vs_idle",
+    "read_p50_vs_raw_cached",
+    "read_p50_vs_raw_uncached",
+)
 _PCT = ("p50", "p99")
 
 FAIR_SCHEMA: tuple[str, ...] = (
@@ -39,8 +46,7 @@ FAIR_SCHEMA: tuple[str, ...] = (
     "post_fanout.offered_rows",
     "post_fanout.delivered_rows",
     "post_fanout.lag_ms",
-    *(f"delivery_lag_reads_ms.{k}" for k in ("followers", "rate_per_s", "reads_per_s", "reads_per_s_achieved",
-                                             "p50", "p99")),
+    *(f"delivery_lag_reads_ms.{k}" for k in ("followers", "rate_per_s", "reads_per_s", "reads_per_s_achieved", "p50", "p99")),
 )
 
 
@@ -53,13 +59,23 @@ def empty_fair() -> dict[str, Any]:
     pct: dict[str, Any] = {"p50": None, "p99": None}
     return {
         "ratios": {r: empty_ratio() for r in RATIOS},
-        "fair": {"ceiling_rows_per_s": None, "worker_rows_per_s": None, "stress_rows_per_s": None,
-                 "timeline_read_ms": {"api": dict(pct), "raw_cached": dict(pct), "raw_uncached": dict(pct),
-                                      "rate_per_s": None}},
+        "fair": {
+            "ceiling_rows_per_s": None,
+            "worker_rows_per_s": None,
+            "stress_rows_per_s": None,
+            "timeline_read_ms": {"api": dict(pct), "raw_cached": dict(pct), "raw_uncached": dict(pct), "rate_per_s": None},
+        },
         "post_fanout": {"offered_rows": None, "delivered_rows": None, "lag_ms": {}},
-        "delivery_lag_reads_ms": {"followers": 1000, "rate_per_s": None, "reads_per_s": None,
-                                  "reads_per_s_achieved": None, "posts_refused": None, "read_errors": None,
-                                  "p50": None, "p99": None},
+        "delivery_lag_reads_ms": {
+            "followers": 1000,
+            "rate_per_s": None,
+            "reads_per_s": None,
+            "reads_per_s_achieved": None,
+            "posts_refused": None,
+            "read_errors": None,
+            "p50": None,
+            "p99": None,
+        },
     }
 
 
@@ -89,8 +105,9 @@ def fair_targets(doc: Mapping[str, Any]) -> dict[str, Target]:
     target key (the old keys replace their old definitions)."""
     from .results import Target
 
-    def judged(key: str, text: str, ratio: str, bound: float, op: str, measured_label: str,
-               bound_label: str, p99: bool = True) -> Target:
+    def judged(
+        key: str, text: str, ratio: str, bound: float, op: str, measured_label: str, bound_label: str, p99: bool = True
+    ) -> Target:
         valid, note = _samples_note(doc, ratio, p99)
         return Target(key, text, _median(doc, ratio), bound, op, measured_label, bound_label, valid=valid, note=note)
 
@@ -108,23 +125,73 @@ def fair_targets(doc: Mapping[str, Any]) -> dict[str, Target]:
         if lag.get("read_errors"):
             lag_notes.append(f"{lag['read_errors']} reads failed")
     out = [
-        judged("post_p99_flat", "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers (median of the rounds)",
-               "post_p99_10000_vs_0", 1.5, "<=", "p99 at 10,000 ÷ p99 at 0, median", "1.5"),
-        judged("sync_ratio", "synchronous-baseline p99 (batched like ours) ÷ ours at 10,000 followers ≥ 50 "
-               "(median of the rounds)", "sync_vs_ours_p99_10000", 50.0, ">=", "sync p99 ÷ ours p99, median", "50"),
-        judged("worker_vs_driver", "fan-out worker rows/s ≥ 0.9 × the fair ceiling (bare driver, same batching, "
-               "winning window; median of the rounds)", "worker_vs_ceiling", 0.9, ">=",
-               "worker ÷ fair ceiling, median", "0.9", p99=False),
-        judged("read_vs_raw", "home read p50 ≤ 1.5 × the fair raw read (same cache rules; median of the rounds)",
-               "read_p50_vs_raw_cached", 1.5, "<=", "API p50 ÷ cached raw p50, median", "1.5", p99=False),
-        judged("post_fanout_speed", "the fan-out runs at ≥ 50 % of its idle speed while posts are measured",
-               "fanout_speed_during_posts_vs_idle", 0.5, ">=", "fan-out rows/s during posts ÷ idle, median",
-               "0.5", p99=False),
-        judged("post_p99_fanout", "post p99 with the fan-out running ≤ 1.5 × post p99 with the worker stopped "
-               "(10,000 followers; median of the rounds)", "post_p99_running_vs_stopped", 1.5, "<=",
-               "p99 running ÷ p99 stopped, median", "1.5"),
-        Target("lag_p99_reads", "delivery lag p99 ≤ 2 s at 1,000 followers and 5 tweets/s with 100 reads/s running",
-               float(lag99) if lag99 is not None else None, 2000.0, "<=", "lag p99 with reads (ms)", "2,000 ms",
-               valid=not lag_notes, note="; ".join(lag_notes)),
+        judged(
+            "post_p99_flat",
+            "post p99 at 10,000 followers ≤ 1.5 × post p99 at 0 followers (median of the rounds)",
+            "post_p99_10000_vs_0",
+            1.5,
+            "<=",
+            "p99 at 10,000 ÷ p99 at 0, median",
+            "1.5",
+        ),
+        judged(
+            "sync_ratio",
+            "synchronous-baseline p99 (batched like ours) ÷ ours at 10,000 followers ≥ 50 (median of the rounds)",
+            "sync_vs_ours_p99_10000",
+            50.0,
+            ">=",
+            "sync p99 ÷ ours p99, median",
+            "50",
+        ),
+        judged(
+            "worker_vs_driver",
+            "fan-out worker rows/s ≥ 0.9 × the fair ceiling (bare driver, same batching, winning window; median of the rounds)",
+            "worker_vs_ceiling",
+            0.9,
+            ">=",
+            "worker ÷ fair ceiling, median",
+            "0.9",
+            p99=False,
+        ),
+        judged(
+            "read_vs_raw",
+            "home read p50 ≤ 1.5 × the fair raw read (same cache rules; median of the rounds)",
+            "read_p50_vs_raw_cached",
+            1.5,
+            "<=",
+            "API p50 ÷ cached raw p50, median",
+            "1.5",
+            p99=False,
+        ),
+        judged(
+            "post_fanout_speed",
+            "the fan-out runs at ≥ 50 % of its idle speed while posts are measured",
+            "fanout_speed_during_posts_vs_idle",
+            0.5,
+            ">=",
+            "fan-out rows/s during posts ÷ idle, median",
+            "0.5",
+            p99=False,
+        ),
+        judged(
+            "post_p99_fanout",
+            "post p99 with the fan-out running ≤ 1.5 × post p99 with the worker stopped (10,000 followers; median of the rounds)",
+            "post_p99_running_vs_stopped",
+            1.5,
+            "<=",
+            "p99 running ÷ p99 stopped, median",
+            "1.5",
+        ),
+        Target(
+            "lag_p99_reads",
+            "delivery lag p99 ≤ 2 s at 1,000 followers and 5 tweets/s with 100 reads/s running",
+            float(lag99) if lag99 is not None else None,
+            2000.0,
+            "<=",
+            "lag p99 with reads (ms)",
+            "2,000 ms",
+            valid=not lag_notes,
+            note="; ".join(lag_notes),
+        ),
     ]
     return {t.key: t for t in out}

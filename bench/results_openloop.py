@@ -12,8 +12,11 @@ from typing import Any
 SECTIONS = ("mixed_load", "saturation", "overload", "mixed_embedded")
 
 SCHEMA: tuple[str, ...] = (
-    *(f"{s}.{k}" for s in ("mixed_load", "mixed_embedded") for k in (
-        "rate_per_s", "achieved_rate_per_s", "client", "delivery_lag_ms", "cpu_s_per_1k_requests", "generator")),
+    *(
+        f"{s}.{k}"
+        for s in ("mixed_load", "mixed_embedded")
+        for k in ("rate_per_s", "achieved_rate_per_s", "client", "delivery_lag_ms", "cpu_s_per_1k_requests", "generator")
+    ),
     "saturation.capacity_per_s",
     "saturation.capacity_accepted_p99_ms",
     "saturation.steps",
@@ -27,13 +30,25 @@ SCHEMA: tuple[str, ...] = (
 
 
 def empty() -> dict[str, Any]:
-    step: dict[str, Any] = {"rate_per_s": None, "achieved_rate_per_s": None, "client": None, "delivery_lag_ms": None,
-                            "cpu_s_per_1k_requests": None, "generator": None}
+    step: dict[str, Any] = {
+        "rate_per_s": None,
+        "achieved_rate_per_s": None,
+        "client": None,
+        "delivery_lag_ms": None,
+        "cpu_s_per_1k_requests": None,
+        "generator": None,
+    }
     return {
         "mixed_load": dict(step),
         "saturation": {"capacity_per_s": None, "capacity_accepted_p99_ms": None, "steps": []},
-        "overload": {"rate_per_s": None, "capacity_accepted_p99_ms": None, "accepted_p99_ms": None, "refused": None,
-                     "refused_max_ms": None, "errors": None},
+        "overload": {
+            "rate_per_s": None,
+            "capacity_accepted_p99_ms": None,
+            "accepted_p99_ms": None,
+            "refused": None,
+            "refused_max_ms": None,
+            "errors": None,
+        },
         "mixed_embedded": dict(step),
     }
 
@@ -54,13 +69,40 @@ def target_specs(doc: Mapping[str, Any]) -> list[Spec]:
     """(key, text, measured, bound, op, measured label, bound label) of each target."""
     cap99 = _num(doc, "overload", "capacity_accepted_p99_ms")
     return [
-        ("overload_accepted_p99", "at 2 x the saturation rate, p99 of accepted requests <= 2 x its p99 at capacity",
-         _num(doc, "overload", "accepted_p99_ms"), None if cap99 is None else 2 * cap99, "<=",
-         "accepted p99 at 2 x capacity (ms)", "2 x accepted p99 at capacity (ms)"),
-        ("overload_refusals_fast", "at 2 x the saturation rate, every refused request answered within 100 ms",
-         _num(doc, "overload", "refused_max_ms"), 100.0, "<=", "slowest 503 (ms)", "100 ms"),
-        ("overload_no_errors", "at 2 x the saturation rate, nothing fails but fast 503s with Retry-After",
-         _num(doc, "overload", "errors"), 0.0, "<=", "requests failed otherwise", "0"),
-        ("mixed_lag_p99", "delivery lag p99 <= 2 s under the steady mixed load",
-         _num(doc, "mixed_load", "delivery_lag_ms", "p99"), 2000.0, "<=", "lag p99 (ms)", "2,000 ms"),
+        (
+            "overload_accepted_p99",
+            "at 2 x the saturation rate, p99 of accepted requests <= 2 x its p99 at capacity",
+            _num(doc, "overload", "accepted_p99_ms"),
+            None if cap99 is None else 2 * cap99,
+            "<=",
+            "accepted p99 at 2 x capacity (ms)",
+            "2 x accepted p99 at capacity (ms)",
+        ),
+        (
+            "overload_refusals_fast",
+            "at 2 x the saturation rate, every refused request answered within 100 ms",
+            _num(doc, "overload", "refused_max_ms"),
+            100.0,
+            "<=",
+            "slowest 503 (ms)",
+            "100 ms",
+        ),
+        (
+            "overload_no_errors",
+            "at 2 x the saturation rate, nothing fails but fast 503s with Retry-After",
+            _num(doc, "overload", "errors"),
+            0.0,
+            "<=",
+            "requests failed otherwise",
+            "0",
+        ),
+        (
+            "mixed_lag_p99",
+            "delivery lag p99 <= 2 s under the steady mixed load",
+            _num(doc, "mixed_load", "delivery_lag_ms", "p99"),
+            2000.0,
+            "<=",
+            "lag p99 (ms)",
+            "2,000 ms",
+        ),
     ]

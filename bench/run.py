@@ -63,9 +63,13 @@ async def run_phases(bench: Bench) -> dict[str, Any]:
     a failing phase is recorded in the notes and the others still run."""
     started_at = datetime.now(UTC)
     bench.doc["machine"] = machine_info()
-    bench.details.update(mode=bench.plan.mode, started_at=started_at.strftime("%Y-%m-%d %H:%M UTC"),
-                         command="make bench" if bench.plan.mode == "full" else "make bench-quick",
-                         plan=bench.plan.__dict__, tag=bench.tag)
+    bench.details.update(
+        mode=bench.plan.mode,
+        started_at=started_at.strftime("%Y-%m-%d %H:%M UTC"),
+        command="make bench" if bench.plan.mode == "full" else "make bench-quick",
+        plan=bench.plan.__dict__,
+        tag=bench.tag,
+    )
     phases: list[tuple[str, Callable[[Bench], Awaitable[None]]]] = [
         ("ceiling", ceiling.run),
         ("stress", cassandra_stress.run),
@@ -117,7 +121,8 @@ async def run_phases(bench: Bench) -> dict[str, Any]:
         "Peak RSS is the kernel's high-water mark (`VmHWM` in /proc/<pid>/status) of each service process, "
         "polled every 0.5 s for the whole run; for the worker, the largest of every worker process started "
         "(1, 2 or 4 at a time). The synchronous baseline's process peaked at "
-        f"{(bench.monitor.peak_mb().get('sync-baseline') if bench.monitor else None) or '—'} MB.")
+        f"{(bench.monitor.peak_mb().get('sync-baseline') if bench.monitor else None) or '—'} MB."
+    )
     return bench.doc
 
 
@@ -176,36 +181,71 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--base-port", type=int, default=30000, help="first port of the isolated system (default 30000)")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results, or bench/results/quick)")
     parser.add_argument("--docs", type=Path, help="markdown page (default docs/benchmarks.md, or <out>/benchmarks.md)")
-    parser.add_argument("--only", "--phases", dest="only", metavar="PHASES",
-                        help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,post_latency,"
-                             "delivery_lag,read_path,streams,profile,celebrity,latency_scaling,mixed,saturation,overload,"
-                             "mixed_embedded); default all; "
-                             "the results are merged into the previous latest.json, keeping every other figure")
+    parser.add_argument(
+        "--only",
+        "--phases",
+        dest="only",
+        metavar="PHASES",
+        help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,post_latency,"
+        "delivery_lag,read_path,streams,profile,celebrity,latency_scaling,mixed,saturation,overload,"
+        "mixed_embedded); default all; "
+        "the results are merged into the previous latest.json, keeping every other figure",
+    )
     parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
-    parser.add_argument("--lag-sweep", type=_rates, metavar="R1,R2",
-                        help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)")
+    parser.add_argument(
+        "--lag-sweep",
+        type=_rates,
+        metavar="R1,R2",
+        help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)",
+    )
     parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
-    parser.add_argument("--celebrity-counts", type=_counts, metavar="N1,N2",
-                        help="follower counts of the celebrity phase (default 1000,10000,100000,1000000)")
+    parser.add_argument(
+        "--celebrity-counts",
+        type=_counts,
+        metavar="N1,N2",
+        help="follower counts of the celebrity phase (default 1000,10000,100000,1000000)",
+    )
     parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
-    parser.add_argument("--scale-delay-ms", type=float,
-                        help="latency added each way to Cassandra in the latency_scaling phase (default 5)")
-    parser.add_argument("--scale-counts", type=_counts_any, metavar="N1,N2",
-                        help="worker counts of the latency_scaling phase, in order (default 1,2,4,1)")
-    parser.add_argument("--backlog-authors", type=int,
-                        help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)")
+    parser.add_argument(
+        "--scale-delay-ms", type=float, help="latency added each way to Cassandra in the latency_scaling phase (default 5)"
+    )
+    parser.add_argument(
+        "--scale-counts",
+        type=_counts_any,
+        metavar="N1,N2",
+        help="worker counts of the latency_scaling phase, in order (default 1,2,4,1)",
+    )
+    parser.add_argument(
+        "--backlog-authors",
+        type=int,
+        help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)",
+    )
     parser.add_argument("--repeats", type=int, help="rounds of every repeated ratio (default 3; at least 1)")
     parser.add_argument("--post-samples", type=int, help="posts per group, block and round in the post-latency phase")
     # The deployment measured: docs/operations.md's recommendation for shared
     # cores (background work in its own processes, at a lower CPU priority).
-    parser.add_argument("--fanout-replica", action=argparse.BooleanOptionalAction, default=True,
-                        help="deployment: a social-graph and a tweet-store replica only the fan-out worker calls "
-                             "(default: on)")
-    parser.add_argument("--background-nice", type=int, default=10, choices=range(0, 20), metavar="0-19",
-                        help="deployment: CPU niceness of the fan-out worker(s) and their replicas (default 10)")
+    parser.add_argument(
+        "--fanout-replica",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="deployment: a social-graph and a tweet-store replica only the fan-out worker calls (default: on)",
+    )
+    parser.add_argument(
+        "--background-nice",
+        type=int,
+        default=10,
+        choices=range(0, 20),
+        metavar="0-19",
+        help="deployment: CPU niceness of the fan-out worker(s) and their replicas (default 10)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)",
+    )
     return parser.parse_args(argv)
 
 
@@ -229,9 +269,15 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, lag_sweep_rates=args.lag_sweep)
     if args.read_rate:
         plan = replace(plan, read_rate=args.read_rate)
-    narrowed = {"celebrity_counts": args.celebrity_counts, "celebrity_posts": args.celebrity_posts,
-                "backlog_authors": args.backlog_authors, "scale_delay_ms": args.scale_delay_ms,
-                "scale_counts": args.scale_counts, "repeats": args.repeats, "post_samples": args.post_samples}
+    narrowed = {
+        "celebrity_counts": args.celebrity_counts,
+        "celebrity_posts": args.celebrity_posts,
+        "backlog_authors": args.backlog_authors,
+        "scale_delay_ms": args.scale_delay_ms,
+        "scale_counts": args.scale_counts,
+        "repeats": args.repeats,
+        "post_samples": args.post_samples,
+    }
     plan = replace(plan, **{field: value for field, value in narrowed.items() if value is not None})
     out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
     md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
@@ -252,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     written = publish(doc, out, md, plots_dir, now)
     say("wrote " + ", ".join(os.path.relpath(p, REPO) for p in written))
     for t in results.evaluate_targets(doc):
-        say(f"target {t.key}: measured {t.measured if t.measured is None else round(t.measured, 2)} "
+        say(
+            f"target {t.key}: measured {t.measured if t.measured is None else round(t.measured, 2)} "
             f"{t.op} {t.bound if t.bound is None else round(t.bound, 2)}: "
-            f"{ {True: 'pass', False: 'FAIL', None: 'not measured'}[t.passed] }")
+            f"{ {True: 'pass', False: 'FAIL', None: 'not measured'}[t.passed] }"
+        )
     print(json.dumps(doc.get("targets", {}), indent=1))
     return 0
 

@@ -135,17 +135,20 @@ def _run(session: Session, cql: str, params: Sequence[Sequence[Any]], *, partiti
         return 0
     stmt = prepare(session, cql, write=True)
     if partition is None:
-        results = execute_concurrent_with_args(session, stmt, params, concurrency=BULK_CONCURRENCY,
-                                               raise_on_first_error=True)
+        results = execute_concurrent_with_args(session, stmt, params, concurrency=BULK_CONCURRENCY, raise_on_first_error=True)
         sent = len(params)
     else:
         groups: dict[Any, list[Sequence[Any]]] = {}
         for row in params:
             groups.setdefault(row[partition], []).append(row)
-        batches = [batch((stmt, r) for r in rows[i:i + BATCH_ROWS])
-                   for rows in groups.values() for i in range(0, len(rows), BATCH_ROWS)]
-        results = execute_concurrent(session, [(b, None) for b in batches], concurrency=BULK_CONCURRENCY,
-                                     raise_on_first_error=True)
+        batches = [
+            batch((stmt, r) for r in rows[i : i + BATCH_ROWS])
+            for rows in groups.values()
+            for i in range(0, len(rows), BATCH_ROWS)
+        ]
+        results = execute_concurrent(
+            session, [(b, None) for b in batches], concurrency=BULK_CONCURRENCY, raise_on_first_error=True
+        )
         sent = len(batches)
     for ok, result in results:
         if not ok:  # pragma: no cover - raise_on_first_error raises first
@@ -153,8 +156,9 @@ def _run(session: Session, cql: str, params: Sequence[Sequence[Any]], *, partiti
     return sent
 
 
-def bulk_load_social_graph(session: Session, keyspace: str, graph: Graph,
-                           progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+def bulk_load_social_graph(
+    session: Session, keyspace: str, graph: Graph, progress: Callable[[str], None] | None = None
+) -> tuple[int, int]:
     """Write the pool users and every edge of ``graph`` into social-graph's
     tables (blocking; call from a thread). Returns (rows, statements)."""
     now = datetime.now(UTC).replace(microsecond=0)
@@ -164,25 +168,50 @@ def bulk_load_social_graph(session: Session, keyspace: str, graph: Graph,
     edges = [(f, a) for a in graph.followers for f in graph.followers_of(a)]
     following = graph.following_counts()
     say(f"bulk-loading {len(pool):,} follower accounts and {len(edges):,} follow edges into {keyspace}")
-    sent = _run(session, f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) "
-                         "VALUES (?, ?, ?, ?)", [(u, u, password_hash, now) for u in pool])
-    sent += _run(session, f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) "
-                          "VALUES (?, ?, ?, ?)", [(u[:2], u, u, now) for u in pool], partition=0)
-    sent += _run(session, f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) "
-                          "VALUES (?, ?, ?, ?)", [(f, a.lower(), a, now) for f, a in edges], partition=0)
-    sent += _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) "
-                          "VALUES (?, ?, ?, ?)", [(a.lower(), f, f, now) for f, a in edges], partition=0)
+    sent = _run(
+        session,
+        f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?)",
+        [(u, u, password_hash, now) for u in pool],
+    )
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) VALUES (?, ?, ?, ?)",
+        [(u[:2], u, u, now) for u in pool],
+        partition=0,
+    )
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?)",
+        [(f, a.lower(), a, now) for f, a in edges],
+        partition=0,
+    )
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
+        [(a.lower(), f, f, now) for f, a in edges],
+        partition=0,
+    )
     # Seeded followers are active users: in the index the fan-out pages, and
     # seen now (they read timelines in the run without being "back").
-    sent += _run(session, f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) "
-                          f"VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}", [(a.lower(), f, f) for f, a in edges],
-                 partition=0)
-    sent += _run(session, f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)",
-                 [(u, now) for u in pool])
-    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
-                 [(n, f) for f, n in following.items()])
-    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
-                 [(n, a.lower()) for a, n in graph.followers.items() if n])
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}",
+        [(a.lower(), f, f) for f, a in edges],
+        partition=0,
+    )
+    sent += _run(
+        session, f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)", [(u, now) for u in pool]
+    )
+    sent += _run(
+        session,
+        f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
+        [(n, f) for f, n in following.items()],
+    )
+    sent += _run(
+        session,
+        f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
+        [(n, a.lower()) for a, n in graph.followers.items() if n],
+    )
     rows = 3 * len(pool) + 3 * len(edges) + len(following) + sum(1 for n in graph.followers.values() if n)
     return rows, sent
 
@@ -191,13 +220,22 @@ def bulk_load_followers_table(session: Session, keyspace: str, graph: Graph, aut
     """The baseline's own ``followers`` table, same rows as social-graph's."""
     now = datetime.now(UTC).replace(microsecond=0)
     rows = [(a.lower(), f, f, now) for a in authors for f in graph.followers_of(a)]
-    _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
-         rows, partition=0)
+    _run(
+        session,
+        f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
+        rows,
+        partition=0,
+    )
     return len(rows)
 
 
-def bulk_load_edges(session: Session, keyspace: str, edges: Sequence[tuple[str, str]], accounts: Sequence[str],
-                    progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+def bulk_load_edges(
+    session: Session,
+    keyspace: str,
+    edges: Sequence[tuple[str, str]],
+    accounts: Sequence[str],
+    progress: Callable[[str], None] | None = None,
+) -> tuple[int, int]:
     """Follow ``edges`` ((follower, author) pairs, names as written) into
     social-graph's tables, and full accounts for ``accounts`` (blocking; call
     from a thread). Returns (rows, statements).
@@ -213,21 +251,43 @@ def bulk_load_edges(session: Session, keyspace: str, edges: Sequence[tuple[str, 
     say = progress or (lambda _msg: None)
     password_hash = argon2_hash(POOL_PASSWORD)
     say(f"bulk-loading {len(edges):,} follow edges and {len(accounts):,} accounts into {keyspace}")
-    sent = _run(session, f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) "
-                         "VALUES (?, ?, ?, ?)", [(u.lower(), u, password_hash, now) for u in accounts])
-    sent += _run(session, f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) "
-                          "VALUES (?, ?, ?, ?)", [(u.lower()[:2], u.lower(), u, now) for u in accounts], partition=0)
-    sent += _run(session, f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)",
-                 [(u.lower(), now) for u in accounts])
+    sent = _run(
+        session,
+        f"INSERT INTO {keyspace}.users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?)",
+        [(u.lower(), u, password_hash, now) for u in accounts],
+    )
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.users_by_prefix (prefix, username_lc, username, created_at) VALUES (?, ?, ?, ?)",
+        [(u.lower()[:2], u.lower(), u, now) for u in accounts],
+        partition=0,
+    )
+    sent += _run(
+        session,
+        f"INSERT INTO {keyspace}.user_activity (username_lc, last_seen) VALUES (?, ?)",
+        [(u.lower(), now) for u in accounts],
+    )
     for i in range(0, len(edges), EDGE_CHUNK):  # bounded memory for the statements of 1,000,000 edges
-        chunk = edges[i:i + EDGE_CHUNK]
-        sent += _run(session, f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) "
-                              "VALUES (?, ?, ?, ?)", [(f.lower(), a.lower(), a, now) for f, a in chunk], partition=0)
-        sent += _run(session, f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) "
-                              "VALUES (?, ?, ?, ?)", [(a.lower(), f.lower(), f, now) for f, a in chunk], partition=0)
-        sent += _run(session, f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) "
-                              f"VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}",
-                     [(a.lower(), f.lower(), f) for f, a in chunk], partition=0)
+        chunk = edges[i : i + EDGE_CHUNK]
+        sent += _run(
+            session,
+            f"INSERT INTO {keyspace}.following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?)",
+            [(f.lower(), a.lower(), a, now) for f, a in chunk],
+            partition=0,
+        )
+        sent += _run(
+            session,
+            f"INSERT INTO {keyspace}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
+            [(a.lower(), f.lower(), f, now) for f, a in chunk],
+            partition=0,
+        )
+        sent += _run(
+            session,
+            f"INSERT INTO {keyspace}.followers_active (followee_lc, follower_lc, follower) "
+            f"VALUES (?, ?, ?) USING TTL {ACTIVE_TTL_S}",
+            [(a.lower(), f.lower(), f) for f, a in chunk],
+            partition=0,
+        )
         if len(edges) > EDGE_CHUNK:
             say(f"  {min(i + EDGE_CHUNK, len(edges)):,} / {len(edges):,} edges")
     followers: dict[str, int] = {}
@@ -237,8 +297,14 @@ def bulk_load_edges(session: Session, keyspace: str, edges: Sequence[tuple[str, 
         followers[a.lower()] = followers.get(a.lower(), 0) + 1
         if f.lower() in wanted:
             following[f.lower()] = following.get(f.lower(), 0) + 1
-    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
-                 [(n, f) for f, n in following.items()])
-    sent += _run(session, f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
-                 [(n, a) for a, n in followers.items()])
+    sent += _run(
+        session,
+        f"UPDATE {keyspace}.follow_counts SET following = following + ? WHERE username_lc = ?",
+        [(n, f) for f, n in following.items()],
+    )
+    sent += _run(
+        session,
+        f"UPDATE {keyspace}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
+        [(n, a) for a, n in followers.items()],
+    )
     return 3 * len(accounts) + 3 * len(edges) + len(following) + len(followers), sent

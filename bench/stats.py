@@ -67,8 +67,13 @@ def spread(values: Sequence[float | None], digits: int = 3) -> dict[str, object]
     got = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not got:
         return {"median": None, "min": None, "max": None, "n": 0, "values": []}
-    return {"median": round(percentile(got, 50), digits), "min": round(min(got), digits),
-            "max": round(max(got), digits), "n": len(got), "values": [round(v, digits) for v in got]}
+    return {
+        "median": round(percentile(got, 50), digits),
+        "min": round(min(got), digits),
+        "max": round(max(got), digits),
+        "n": len(got),
+        "values": [round(v, digits) for v in got],
+    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -78,8 +83,9 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def repeated_ratio(numerators: Sequence[float | None], denominators: Sequence[float | None],
-                   samples: Sequence[int] = (), digits: int = 3) -> dict[str, object]:
+def repeated_ratio(
+    numerators: Sequence[float | None], denominators: Sequence[float | None], samples: Sequence[int] = (), digits: int = 3
+) -> dict[str, object]:
     """One headline ratio measured round by round: ``spread`` of
     numerator_i / denominator_i, plus ``min_samples`` (the fewest samples
     behind any percentile on either side, when given) and ``enough_samples``

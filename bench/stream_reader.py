@@ -109,13 +109,17 @@ async def main() -> None:
                 break
         lag_task.cancel()
         lags.sort()
-        out({
-            "arrivals": arrivals,
-            "comments": [s.comments for s in streams],
-            "ended": [s.ended for s in streams if s.ended is not None],
-            "loop_lag_ms": {"p99": round(lags[int(0.99 * (len(lags) - 1))], 1) if lags else None,
-                            "max": round(lags[-1], 1) if lags else None},
-        })
+        out(
+            {
+                "arrivals": arrivals,
+                "comments": [s.comments for s in streams],
+                "ended": [s.ended for s in streams if s.ended is not None],
+                "loop_lag_ms": {
+                    "p99": round(lags[int(0.99 * (len(lags) - 1))], 1) if lags else None,
+                    "max": round(lags[-1], 1) if lags else None,
+                },
+            }
+        )
         for s in streams:
             s.task.cancel()
         await asyncio.gather(*(s.task for s in streams), return_exceptions=True)

@@ -39,8 +39,12 @@ def _fetch_tarball(infra: Any, log: Callable[[str], None]) -> Path:
     download = Path(infra.state_dir) / "stress" / "download"
     download.mkdir(parents=True, exist_ok=True)
     log(f"fetching {ARTIFACT} with Maven (cassandra-stress is not on Maven Central for 5.0)")
-    done = subprocess.run([mvn, "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}",
-                           f"-DoutputDirectory={download}"], capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [mvn, "-q", "-B", "dependency:copy", f"-Dartifact={ARTIFACT}", f"-DoutputDirectory={download}"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     tarballs = list(download.glob("apache-cassandra-*-bin.tar.gz"))
     if done.returncode != 0 or not tarballs:
         raise StressUnavailable(f"could not fetch {ARTIFACT}: {(done.stdout + done.stderr)[-500:]}")
@@ -60,11 +64,21 @@ def stress_command(infra: Any, args: list[str], log: Callable[[str], None]) -> t
     home = _fetch_tarball(infra, log)
     flags = [f for f in infra._tool_jvm_flags() if not f.startswith("-Dlogback")]
     host, port = infra.cassandra_contact.rsplit(":", 1)
-    argv = [infra.config.java, "-Xmx512M", *flags,
-            f"-Dlogback.configurationFile=file://{home / 'conf' / 'logback-tools.xml'}",
-            f"-Dcassandra.storagedir={home / 'data'}",
-            "-cp", f"{home / 'tools' / 'lib' / 'stress.jar'}:{home / 'lib'}/*:{home / 'conf'}",
-            "org.apache.cassandra.stress.Stress", *args, "-node", host, "-port", f"native={port}"]
+    argv = [
+        infra.config.java,
+        "-Xmx512M",
+        *flags,
+        f"-Dlogback.configurationFile=file://{home / 'conf' / 'logback-tools.xml'}",
+        f"-Dcassandra.storagedir={home / 'data'}",
+        "-cp",
+        f"{home / 'tools' / 'lib' / 'stress.jar'}:{home / 'lib'}/*:{home / 'conf'}",
+        "org.apache.cassandra.stress.Stress",
+        *args,
+        "-node",
+        host,
+        "-port",
+        f"native={port}",
+    ]
     return argv, f"cassandra-stress {TARBALL_VERSION} (from the apache-cassandra {TARBALL_VERSION} tarball on Maven Central)"
 
 
@@ -76,13 +90,24 @@ def parse_op_rate(output: str) -> float | None:
     return float(m.group(1).replace(",", "")) if m else None
 
 
-def run_write(infra: Any, keyspace: str, ops: int, threads: int, log: Callable[[str], None],
-              timeout_s: float = 900) -> dict[str, Any]:
+def run_write(
+    infra: Any, keyspace: str, ops: int, threads: int, log: Callable[[str], None], timeout_s: float = 900
+) -> dict[str, Any]:
     """``cassandra-stress write n=<ops>`` into its own keyspace; returns
     {"ops_per_s", "tool", "args", "output_tail"}. Raises StressUnavailable."""
-    args = ["write", f"n={ops}", "cl=LOCAL_QUORUM", "-rate", f"threads={threads}",
-            "-col", "n=FIXED(1)", "size=FIXED(32)",
-            "-schema", f"keyspace={keyspace}", "replication(factor=1)"]
+    args = [
+        "write",
+        f"n={ops}",
+        "cl=LOCAL_QUORUM",
+        "-rate",
+        f"threads={threads}",
+        "-col",
+        "n=FIXED(1)",
+        "size=FIXED(32)",
+        "-schema",
+        f"keyspace={keyspace}",
+        "replication(factor=1)",
+    ]
     argv, tool = stress_command(infra, args, log)
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
@@ -104,8 +129,7 @@ def parse_row_rate(output: str) -> float | None:
     return float(m.group(1).replace(",", "")) if m else None
 
 
-def home_timeline_profile(keyspace: str, batch_rows: int, owners: int = 1_000_000,
-                          ttl_s: int = 30 * 24 * 3600) -> str:
+def home_timeline_profile(keyspace: str, batch_rows: int, owners: int = 1_000_000, ttl_s: int = 30 * 24 * 3600) -> str:
     """A cassandra-stress user profile writing what the fan-out writes: rows
     of tweet-store's ``home_timeline`` table (same columns, key and order; the
     TTL as the table default, since a profile cannot say ``USING TTL``), one
@@ -151,12 +175,19 @@ queries:
 
 def user_args(profile: Path, ops: int, threads: int) -> list[str]:
     """cassandra-stress arguments for ``ops`` inserts (batches) of ``profile``."""
-    return ["user", f"profile={profile}", "ops(insert=1)", f"n={ops}", "cl=LOCAL_QUORUM",
-            "-rate", f"threads={threads}"]
+    return ["user", f"profile={profile}", "ops(insert=1)", f"n={ops}", "cl=LOCAL_QUORUM", "-rate", f"threads={threads}"]
 
 
-def run_user(infra: Any, keyspace: str, batch_rows: int, ops: int, threads: int, workdir: Path,
-             log: Callable[[str], None], timeout_s: float = 900) -> dict[str, Any]:
+def run_user(
+    infra: Any,
+    keyspace: str,
+    batch_rows: int,
+    ops: int,
+    threads: int,
+    workdir: Path,
+    log: Callable[[str], None],
+    timeout_s: float = 900,
+) -> dict[str, Any]:
     """``cassandra-stress user`` with ``home_timeline_profile``: {"rows_per_s",
     "ops_per_s", "tool", "args", "profile", "output_tail"}. Raises
     StressUnavailable."""
@@ -174,7 +205,12 @@ def run_user(infra: Any, keyspace: str, batch_rows: int, ops: int, threads: int,
     if rows is None and op_rate is not None:
         rows = op_rate * batch_rows
     if rows is None:
-        raise StressUnavailable(f"cassandra-stress user failed (exit {done.returncode}): "
-                                f"{(done.stdout + done.stderr)[-800:]}")
-    return {"rows_per_s": rows, "ops_per_s": op_rate, "tool": tool, "args": " ".join(args), "profile": text,
-            "output_tail": done.stdout.strip().splitlines()[-22:]}
+        raise StressUnavailable(f"cassandra-stress user failed (exit {done.returncode}): {(done.stdout + done.stderr)[-800:]}")
+    return {
+        "rows_per_s": rows,
+        "ops_per_s": op_rate,
+        "tool": tool,
+        "args": " ".join(args),
+        "profile": text,
+        "output_tail": done.stdout.strip().splitlines()[-22:],
+    }

@@ -66,8 +66,7 @@ async def _limited(coros: list[Any], limit: int) -> list[Any]:
     return list(await asyncio.gather(*(one(c) for c in coros)))
 
 
-async def seed(api: str, prefix: str, users: int, mean_following: int, rng: random.Random,
-               tweets_each: int = 2) -> Seeded:
+async def seed(api: str, prefix: str, users: int, mean_following: int, rng: random.Random, tweets_each: int = 2) -> Seeded:
     """Create the population through the public API (idempotent follows)."""
     population = openloop.zipf_population(prefix, users, mean_following, rng)
     tokens: dict[str, str] = {}
@@ -108,8 +107,7 @@ async def seed(api: str, prefix: str, users: int, mean_following: int, rng: rand
                 raise BenchError(f"{me} follows {other}: {r.status_code} {r.text[:200]}")
 
         async def post(me: str, i: int) -> None:
-            r = await http.post("/v1/tweets", json={"body": f"seed tweet {i}"},
-                                headers={"authorization": f"Bearer {tokens[me]}"})
+            r = await http.post("/v1/tweets", json={"body": f"seed tweet {i}"}, headers={"authorization": f"Bearer {tokens[me]}"})
             if r.status_code != 201:
                 raise BenchError(f"seed post of {me}: {r.status_code} {r.text[:200]}")
 
@@ -119,8 +117,10 @@ async def seed(api: str, prefix: str, users: int, mean_following: int, rng: rand
         await _limited([follow(me, other) for me, other in edges], 8)
         await _limited([post(u, i) for u in population.users for i in range(tweets_each)], 8)
         counts = sorted(population.followers().values(), reverse=True)
-        say(f"  open-loop population: {users} users, {len(edges)} follows (most followed: {counts[:3]}, "
-            f"median {counts[len(counts) // 2]}), seeded in {time.monotonic() - started:.0f}s")
+        say(
+            f"  open-loop population: {users} users, {len(edges)} follows (most followed: {counts[:3]}, "
+            f"median {counts[len(counts) // 2]}), seeded in {time.monotonic() - started:.0f}s"
+        )
     return Seeded(population, tokens)
 
 
@@ -185,17 +185,18 @@ def server_view(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
     routes = {}
     for name, (method, path) in GATEWAY_ROUTES.items():
         labels = (f'method="{method}"', f'route="{path}"', 'service="api"')
-        routes[name] = {f"p{q}": _ms(openloop.histogram_quantile(api_b, api_a, metric, q / 100, labels))
-                        for q in (50, 99)}
+        routes[name] = {f"p{q}": _ms(openloop.histogram_quantile(api_b, api_a, metric, q / 100, labels)) for q in (50, 99)}
     shed = {}
     for service in SHEDDING:
         b, a = before.get(service, {}), after.get(service, {})
         shed[service] = {
             "shed": int(openloop.counter_increase(b, a, "fanline_admission_shed_total")),
-            "queue_wait_p99_ms": _ms(openloop.histogram_quantile(
-                b, a, "fanline_admission_queue_wait_seconds", 0.99, ('outcome="admitted"',))),
-            "shed_wait_max_bucket_ms": _ms(openloop.histogram_quantile(
-                b, a, "fanline_admission_queue_wait_seconds", 1.0, ('outcome="shed"',))),
+            "queue_wait_p99_ms": _ms(
+                openloop.histogram_quantile(b, a, "fanline_admission_queue_wait_seconds", 0.99, ('outcome="admitted"',))
+            ),
+            "shed_wait_max_bucket_ms": _ms(
+                openloop.histogram_quantile(b, a, "fanline_admission_queue_wait_seconds", 1.0, ('outcome="shed"',))
+            ),
         }
     # Every worker's buckets, kept apart by a suffix after the labels (the
     # quantile sums them per bucket bound).
@@ -205,16 +206,20 @@ def server_view(before: dict[str, dict[str, float]], after: dict[str, dict[str, 
         if name.startswith("fanout-worker"):
             lag_b.update({f"{k}@{name}": v for k, v in before.get(name, {}).items()})
             lag_a.update({f"{k}@{name}": v for k, v in after[name].items()})
-    lag = {f"p{q}": _ms(openloop.histogram_quantile(lag_b, lag_a, "fanline_delivery_lag_seconds", q / 100))
-           for q in (50, 99)}
-    lag["tweets"] = int(sum(openloop.counter_increase(before.get(name, {}), after[name],
-                                                      "fanline_delivery_lag_seconds_count")
-                            for name in after if name.startswith("fanout-worker")))
+    lag = {f"p{q}": _ms(openloop.histogram_quantile(lag_b, lag_a, "fanline_delivery_lag_seconds", q / 100)) for q in (50, 99)}
+    lag["tweets"] = int(
+        sum(
+            openloop.counter_increase(before.get(name, {}), after[name], "fanline_delivery_lag_seconds_count")
+            for name in after
+            if name.startswith("fanout-worker")
+        )
+    )
     return {"gateway_route_ms": routes, "admission": shed, "delivery_lag_ms": lag}
 
 
-def run_step(target: Target, seeded: Seeded, rate: float, duration_s: float, workdir: Path, rng: random.Random,
-             drain_s: float = 30.0) -> dict[str, Any]:
+def run_step(
+    target: Target, seeded: Seeded, rate: float, duration_s: float, workdir: Path, rng: random.Random, drain_s: float = 30.0
+) -> dict[str, Any]:
     """One open-loop run at ``rate`` for ``duration_s``: the client's and the
     services' figures, delivery lag, CPU per 1,000 requests."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -247,17 +252,22 @@ def run_step(target: Target, seeded: Seeded, rate: float, duration_s: float, wor
         "server": server,
         "delivery_lag_ms": server["delivery_lag_ms"],
         "cpu_s_per_1k_requests": openloop.cpu_per_1k(cpu_before, cpu_after, sent),
-        "generator": {"tool": f"vegeta {loadgen.VEGETA_VERSION}", "cpu_s": round(run.cpu_s, 2),
-                      "cpu_s_per_1k_requests": round(run.cpu_s * 1000 / sent, 3) if sent else None,
-                      "wall_s": round(run.wall_s, 1)},
+        "generator": {
+            "tool": f"vegeta {loadgen.VEGETA_VERSION}",
+            "cpu_s": round(run.cpu_s, 2),
+            "cpu_s_per_1k_requests": round(run.cpu_s * 1000 / sent, 3) if sent else None,
+            "wall_s": round(run.wall_s, 1),
+        },
         # Per second: {"t": s, service: [limit, in flight, waiting]}.
         "admission_gates": gates.samples,
     }
     t = summary["total"]
-    say(f"  {rate:g}/s for {duration_s:g}s: achieved {t['achieved_rate_per_s']}/s, accepted {t['accepted']} "
+    say(
+        f"  {rate:g}/s for {duration_s:g}s: achieved {t['achieved_rate_per_s']}/s, accepted {t['accepted']} "
         f"(p50 {t['accepted_ms']['p50']} / p99 {t['accepted_ms']['p99']} ms), refused {t['refused']} "
         f"(max {t['refused_ms']['max']} ms), errors {t['errors']}, lag p99 {server['delivery_lag_ms']['p99']} ms, "
-        f"vegeta CPU {run.cpu_s:.1f}s")
+        f"vegeta CPU {run.cpu_s:.1f}s"
+    )
     return step
 
 
@@ -280,17 +290,20 @@ async def seeded(bench: Any) -> Seeded:
     if bench.open_loop is None:
         p = bench.plan
         say(f"open loop: seeding {p.open_users} users (Zipf-like follows, mean {p.open_mean_following})")
-        bench.open_loop = await seed(bench.api, f"o{bench.tag}", p.open_users, p.open_mean_following,
-                                     random.Random(f"{bench.tag}-population"))
+        bench.open_loop = await seed(
+            bench.api, f"o{bench.tag}", p.open_users, p.open_mean_following, random.Random(f"{bench.tag}-population")
+        )
     return bench.open_loop  # type: ignore[no-any-return]
 
 
 def method_note() -> str:
-    return (f"Open loop: vegeta {loadgen.VEGETA_VERSION} (Go, compiled) sends a pre-generated request list at a fixed "
-            "rate whatever the answers, adding workers as answers lag; the rate it achieved and its own CPU "
-            "(wait4 resource usage) are reported beside each figure. The mix: "
-            + ", ".join(f"{int(v * 100)} % {k.replace('_', '-')}" for k, v in openloop.MIX.items())
-            + ". Latencies from the client (vegeta, per request) and from the gateway's own histogram "
-            "(fanline_http_request_duration_seconds, admitted requests only, bucket-interpolated); delivery lag "
-            "from the workers' fanline_delivery_lag_seconds over the same interval (bucket-interpolated); CPU from "
-            "/proc/<pid>/stat of every Fanline process (the engines, Cassandra and Kafka, not included).")
+    return (
+        f"Open loop: vegeta {loadgen.VEGETA_VERSION} (Go, compiled) sends a pre-generated request list at a fixed "
+        "rate whatever the answers, adding workers as answers lag; the rate it achieved and its own CPU "
+        "(wait4 resource usage) are reported beside each figure. The mix: "
+        + ", ".join(f"{int(v * 100)} % {k.replace('_', '-')}" for k, v in openloop.MIX.items())
+        + ". Latencies from the client (vegeta, per request) and from the gateway's own histogram "
+        "(fanline_http_request_duration_seconds, admitted requests only, bucket-interpolated); delivery lag "
+        "from the workers' fanline_delivery_lag_seconds over the same interval (bucket-interpolated); CPU from "
+        "/proc/<pid>/stat of every Fanline process (the engines, Cassandra and Kafka, not included)."
+    )

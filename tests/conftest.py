@@ -77,9 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     infra = _USED.get("infra")
     if infra is not None:
-        terminalreporter.write_line(
-            f"real infrastructure: cassandra {infra.cassandra_version}, kafka {infra.kafka_version}"
-        )
+        terminalreporter.write_line(f"real infrastructure: cassandra {infra.cassandra_version}, kafka {infra.kafka_version}")
 
 
 def _flag(name: str) -> bool:
@@ -140,8 +138,7 @@ def real_infra() -> Iterator[RealInfra]:
             if required:
                 raise
             pytest.fail(f"FANLINE_TEST_CASSANDRA={cassandra_env} does not answer: {exc}")
-    infra = RealInfra(cassandra, kafka, cassandra_version, versions.get("kafka", "?"),
-                      control=None if kafka_env else local)
+    infra = RealInfra(cassandra, kafka, cassandra_version, versions.get("kafka", "?"), control=None if kafka_env else local)
     _USED["infra"] = infra
     try:
         yield infra

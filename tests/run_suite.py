@@ -61,8 +61,7 @@ def staged(args: list[str]) -> bool:
 
 def engines_running() -> bool:
     """Whether the launcher knows of a running engine (its state directory)."""
-    status = subprocess.run([sys.executable, "deploy/local/infra", "status"], cwd=REPO,
-                            capture_output=True, text=True)
+    status = subprocess.run([sys.executable, "deploy/local/infra", "status"], cwd=REPO, capture_output=True, text=True)
     return " pid=" in status.stdout
 
 
@@ -99,20 +98,22 @@ def main(args: list[str]) -> int:
     already = engines_running()
     codes: list[int] = []
     try:
-        print(f"== stage 1: tests without engines, beside the soak (its output: {SOAK_LOG.relative_to(REPO)})",
-              flush=True)
+        print(f"== stage 1: tests without engines, beside the soak (its output: {SOAK_LOG.relative_to(REPO)})", flush=True)
         with SOAK_LOG.open("w") as log:
-            soak = subprocess.Popen(pytest(args, SOAK), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "FANLINE_KEEP_INFRA": "1",
-                                         "FANLINE_FAULT_TABLE": str(SOAK_TABLE)})
+            soak = subprocess.Popen(
+                pytest(args, SOAK),
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "FANLINE_KEEP_INFRA": "1", "FANLINE_FAULT_TABLE": str(SOAK_TABLE)},
+            )
             try:
                 # Never stops the engines either: a test of this selection that
                 # reaches for them (through a fixture) must not end the soak's
                 # engines at its session's end. In a fresh-clone run stage 1
                 # ended 36 s before the soak and its teardown SIGTERMed Kafka
                 # under it; run_suite stops the engines itself after stage 2.
-                codes.append(subprocess.call(pytest(args, NO_ENGINE), cwd=REPO,
-                                             env={**os.environ, "FANLINE_KEEP_INFRA": "1"}))
+                codes.append(subprocess.call(pytest(args, NO_ENGINE), cwd=REPO, env={**os.environ, "FANLINE_KEEP_INFRA": "1"}))
             finally:
                 codes.append(soak.wait())
         print(f"== the soak (stage 1), exit status {codes[-1]}:", flush=True)

@@ -47,8 +47,9 @@ async def run(bench: Bench) -> None:
     stmt = await asyncio.to_thread(driver.home_insert, bench.session, bench.sync_ks)
     per_tweet = p.backlog_followers + 1
     sample_tweets = max(1, p.tune_rows // per_tweet)
-    tuning = await driver.tune(bench.session, stmt, lambda: backlog_rows(bench, sample_tweets),
-                               p.tune_concurrencies, say, batch_rows=rows_per_batch)
+    tuning = await driver.tune(
+        bench.session, stmt, lambda: backlog_rows(bench, sample_tweets), p.tune_concurrencies, say, batch_rows=rows_per_batch
+    )
     bench.best = max(tuning, key=lambda t: t["rows_per_s"])
     bridge = [t for t in tuning if t["path"].startswith("fanline_shared")]
     bench.best_concurrency = int(max(bridge, key=lambda t: t["rows_per_s"])["concurrency"]) if bridge else 128
@@ -57,8 +58,9 @@ async def run(bench: Bench) -> None:
     fan["ceiling_batch_rows"] = rows_per_batch
     # The old ceiling (one row per request, its best window of the old sweep),
     # once, so the page can show what batching changed.
-    single = await driver.tune(bench.session, stmt, lambda: backlog_rows(bench, sample_tweets),
-                               (max(p.tune_concurrencies),), say, batch_rows=1)
+    single = await driver.tune(
+        bench.session, stmt, lambda: backlog_rows(bench, sample_tweets), (max(p.tune_concurrencies),), say, batch_rows=1
+    )
     fan["bare_driver_single_row"] = single
     await measure_ceiling(bench, "after the sweep")
 
@@ -71,8 +73,10 @@ async def measure_ceiling(bench: Bench, when: str) -> float | None:
         return None
     stmt = await asyncio.to_thread(driver.home_insert, bench.session, bench.sync_ks)
     rows = backlog_rows(bench, bench.plan.backlog_tweets)
-    say(f"bare-driver ceiling ({when}): {len(rows):,} rows with {bench.best['path']}, "
-        f"{bench.best['concurrency']} batches of {bench.best.get('batch_rows', 1)} in flight")
+    say(
+        f"bare-driver ceiling ({when}): {len(rows):,} rows with {bench.best['path']}, "
+        f"{bench.best['concurrency']} batches of {bench.best.get('batch_rows', 1)} in flight"
+    )
     rate = await driver.run_best(bench.session, stmt, rows, bench.best)
     say(f"  bare driver: {rate:,.0f} rows/s")
     fan = bench.details.setdefault("fanout", {})

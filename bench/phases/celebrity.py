@@ -73,11 +73,13 @@ async def run(bench: Bench) -> None:
     say(f"celebrity: signing up {len(celebs)} celebrities and {len(ordinary)} ordinary authors")
     await bench.gather_limited([bench.sign_up(a) for a in [*celebs.values(), *ordinary]], 4)
     edges = [(seed.celebrity_follower(tag, i), celebs[n]) for n in counts for i in range(n)]
-    edges += [(seed.celebrity_follower(tag, j * p.ordinary_followers + i), a) for j, a in enumerate(ordinary)
-              for i in range(p.ordinary_followers)]
+    edges += [
+        (seed.celebrity_follower(tag, j * p.ordinary_followers + i), a)
+        for j, a in enumerate(ordinary)
+        for i in range(p.ordinary_followers)
+    ]
     started = time.monotonic()
-    rows, statements = await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges,
-                                               accounts, say)
+    rows, statements = await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges, accounts, say)
     seeding_s = time.monotonic() - started
     say(f"  {rows:,} rows in {statements:,} statements, {seeding_s:.1f}s")
     for n, name in celebs.items():
@@ -87,8 +89,10 @@ async def run(bench: Bench) -> None:
     await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in accounts], 4)
     experiment = dict(item.split("=", 1) for item in bench.args.env)
     threshold = int(experiment.get("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_THRESHOLD))
-    followers_of_ordinary = {a: [seed.celebrity_follower(tag, j * p.ordinary_followers + i) for i in range(p.ordinary_followers)]
-                             for j, a in enumerate(ordinary)}
+    followers_of_ordinary = {
+        a: [seed.celebrity_follower(tag, j * p.ordinary_followers + i) for i in range(p.ordinary_followers)]
+        for j, a in enumerate(ordinary)
+    }
     runs: dict[str, dict[str, Any]] = {}
     partitions: dict[str, Any] = {}
     try:
@@ -96,20 +100,25 @@ async def run(bench: Bench) -> None:
             await bench.restart_workers({"FANLINE_HYBRID_FANOUT": "true" if mode == "on" else "false"})
             runs[mode] = {}
             for n in counts:
-                runs[mode][str(n)] = await _celebrity_run(bench, mode, n, celebs[n], watchers[n],
-                                                          followers_of_ordinary)
+                runs[mode][str(n)] = await _celebrity_run(bench, mode, n, celebs[n], watchers[n], followers_of_ordinary)
             partitions[mode] = await asyncio.to_thread(_largest_partition, bench)
         reads = await read_large(bench)
     finally:
         await bench.restart_workers()
     crossover = compute_crossover(runs, threshold, reads)
-    say(f"celebrity: crossover {crossover.get('followers') or 0:,.0f} followers (threshold {threshold:,}): "
-        f"{crossover.get('text')}")
+    say(
+        f"celebrity: crossover {crossover.get('followers') or 0:,.0f} followers (threshold {threshold:,}): "
+        f"{crossover.get('text')}"
+    )
     bench.doc["celebrity"] = summarize(runs, partitions, reads, crossover, threshold)
     bench.details["celebrity"] = {
-        "runs": runs, "largest_partition": partitions, "read_large": reads,
-        "seeding": (f"{len(edges):,} follow edges and {len(accounts)} full accounts bulk-loaded in "
-                    f"{seeding_s:.1f} s ({rows:,} rows, {statements:,} statements)"),
+        "runs": runs,
+        "largest_partition": partitions,
+        "read_large": reads,
+        "seeding": (
+            f"{len(edges):,} follow edges and {len(accounts)} full accounts bulk-loaded in "
+            f"{seeding_s:.1f} s ({rows:,} rows, {statements:,} statements)"
+        ),
         "method": _method_text(),
     }
 
@@ -123,11 +132,11 @@ def _method_text() -> str:
 # --- one follower count in one mode --------------------------------------------------------
 
 
-async def _celebrity_run(bench: Bench, mode: str, n: int, celeb: str, watchers: list[str],
-                         followers_of: dict[str, list[str]]) -> dict[str, Any]:
+async def _celebrity_run(
+    bench: Bench, mode: str, n: int, celeb: str, watchers: list[str], followers_of: dict[str, list[str]]
+) -> dict[str, Any]:
     p = bench.plan
-    say(f"celebrity: {n:,} followers, hybrid {mode}: {p.celebrity_posts} posts, ordinary authors at "
-        f"{p.ordinary_rate:g}/s")
+    say(f"celebrity: {n:,} followers, hybrid {mode}: {p.celebrity_posts} posts, ordinary authors at {p.ordinary_rate:g}/s")
     rows_before = await asyncio.to_thread(bench.rows_written) or 0.0
     done = asyncio.Event()
     lag_task = asyncio.create_task(_ordinary_stream(bench, followers_of, done))
@@ -157,21 +166,28 @@ async def _celebrity_run(bench: Bench, mode: str, n: int, celeb: str, watchers: 
     rows_after = await asyncio.to_thread(bench.rows_written) or 0.0
     stored = await _stored_rows(bench, watchers)
     out: dict[str, Any] = {
-        "followers": n, "posts": len(posts), "post_ms": stats.summary([ms for _, ms, _ in posts], 1),
+        "followers": n,
+        "posts": len(posts),
+        "post_ms": stats.summary([ms for _, ms, _ in posts], 1),
         "readable_by_last_follower_s": stats.summary(readable, 3),
         "readable_by_last_follower_max_s": round(max(readable), 3) if len(readable) == len(posts) else None,
         "watchers": len(watchers),
-        "ordinary_lag_ms": stats.summary(lags, 1), "ordinary": ordinary,
-        "rows_written": int(rows_after - rows_before), "stored_rows_of_watchers": stored,
+        "ordinary_lag_ms": stats.summary(lags, 1),
+        "ordinary": ordinary,
+        "rows_written": int(rows_after - rows_before),
+        "stored_rows_of_watchers": stored,
     }
-    say(f"  post p99 {(out['post_ms'] or {}).get('p99')} ms, last follower readable max "
+    say(
+        f"  post p99 {(out['post_ms'] or {}).get('p99')} ms, last follower readable max "
         f"{out['readable_by_last_follower_max_s']} s, ordinary lag p99 {(out['ordinary_lag_ms'] or {}).get('p99')} ms, "
-        f"{out['rows_written']:,} rows written")
+        f"{out['rows_written']:,} rows written"
+    )
     return out
 
 
-async def _watch(bench: Bench, watchers: list[str], seen: dict[str, dict[str, float]], posted_all: asyncio.Event,
-                 timeout_s: float) -> None:
+async def _watch(
+    bench: Bench, watchers: list[str], seen: dict[str, dict[str, float]], posted_all: asyncio.Event, timeout_s: float
+) -> None:
     """Fill ``seen`` (tweet id -> watcher -> wall time the tweet was first on
     the watcher's page) for the tweet ids the poster adds to it, until
     ``posted_all`` is set and every watcher has every tweet. Each watcher
@@ -206,8 +222,9 @@ async def _watch(bench: Bench, watchers: list[str], seen: dict[str, dict[str, fl
         bench.notes.append(f"celebrity: {missing} (watcher, tweet) pairs never readable within {timeout_s:.0f} s")
 
 
-async def _ordinary_stream(bench: Bench, followers_of: dict[str, list[str]],
-                           done: asyncio.Event) -> tuple[list[float], dict[str, Any]]:
+async def _ordinary_stream(
+    bench: Bench, followers_of: dict[str, list[str]], done: asyncio.Event
+) -> tuple[list[float], dict[str, Any]]:
     """Ordinary authors post in turn at ``ordinary_rate``/s until ``done``;
     then each tweet's lag (ms, last home row's WRITETIME - its 201)."""
     p = bench.plan
@@ -237,13 +254,19 @@ async def _ordinary_stream(bench: Bench, followers_of: dict[str, list[str]],
         lags.append((max(rows.values()) / 1e6 - when) * 1000)
     if incomplete:
         bench.notes.append(f"celebrity: {incomplete} ordinary tweets never reached every follower")
-    return lags, {"tweets": len(posted), "complete": len(lags), "authors": len(authors),
-                  "followers_each": p.ordinary_followers, "rate_per_s": p.ordinary_rate}
+    return lags, {
+        "tweets": len(posted),
+        "complete": len(lags),
+        "authors": len(authors),
+        "followers_each": p.ordinary_followers,
+        "rate_per_s": p.ordinary_rate,
+    }
 
 
 async def _stored_rows(bench: Bench, owners: list[str]) -> dict[str, int]:
-    stmt = await asyncio.to_thread(cql.prepare, bench.session,
-                                   f"SELECT COUNT(*) AS n FROM {bench.tweet_ks}.home_timeline WHERE owner_lc = ?")
+    stmt = await asyncio.to_thread(
+        cql.prepare, bench.session, f"SELECT COUNT(*) AS n FROM {bench.tweet_ks}.home_timeline WHERE owner_lc = ?"
+    )
     out = {}
     for o in owners:
         rows = await cql.execute(bench.session, stmt, (o.lower(),), name="bench_count")
@@ -256,10 +279,12 @@ def _largest_partition(bench: Bench) -> dict[str, Any]:
     compacted partition (bytes) and the partition count estimate."""
     table = f"{bench.tweet_ks}.home_timeline"
     try:
-        subprocess.run(bench.infra.nodetool_command("flush", bench.tweet_ks, "home_timeline"), check=True,
-                       capture_output=True, timeout=120)
-        out = subprocess.run(bench.infra.nodetool_command("tablestats", table), check=True, capture_output=True,
-                             text=True, timeout=120).stdout
+        subprocess.run(
+            bench.infra.nodetool_command("flush", bench.tweet_ks, "home_timeline"), check=True, capture_output=True, timeout=120
+        )
+        out = subprocess.run(
+            bench.infra.nodetool_command("tablestats", table), check=True, capture_output=True, text=True, timeout=120
+        ).stdout
     except (OSError, subprocess.SubprocessError, AttributeError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -267,9 +292,11 @@ def _largest_partition(bench: Bench) -> dict[str, Any]:
         m = re.search(rf"{re.escape(label)}:\s*([0-9]+)", out)
         return int(m.group(1)) if m else None
 
-    return {"max_partition_bytes": field("Compacted partition maximum bytes"),
-            "mean_partition_bytes": field("Compacted partition mean bytes"),
-            "partitions_estimate": field("Number of partitions (estimate)")}
+    return {
+        "max_partition_bytes": field("Compacted partition maximum bytes"),
+        "mean_partition_bytes": field("Compacted partition mean bytes"),
+        "partitions_estimate": field("Number of partitions (estimate)"),
+    }
 
 
 # --- summary, crossover ------------------------------------------------------------------------
@@ -278,8 +305,9 @@ def _largest_partition(bench: Bench) -> dict[str, Any]:
 DELIVERY_BUDGET_S = 1.0  # issue 13: a large account's tweet readable by every follower within 1 s
 
 
-def compute_crossover(runs: dict[str, dict[str, Any]], threshold: int,
-                      reads: dict[str, Any] | None = None, budget_s: float = DELIVERY_BUDGET_S) -> dict[str, Any]:
+def compute_crossover(
+    runs: dict[str, dict[str, Any]], threshold: int, reads: dict[str, Any] | None = None, budget_s: float = DELIVERY_BUDGET_S
+) -> dict[str, Any]:
     """Where pushing stops paying: the follower count at which one pushed
     tweet (hybrid off; the first of each run's tweets, which waits behind no
     other) reaches its last follower in ``budget_s`` — the bound the merged
@@ -288,12 +316,22 @@ def compute_crossover(runs: dict[str, dict[str, Any]], threshold: int,
     measured counts (through the origin below the first, along the last
     segment above the last). Also, for the comparison, the merged path's
     time and what a read pays per followed large account (``reads``)."""
-    push = sorted((float(r["followers"]), float(r["readable_by_last_follower_s"]["min"]))
-                  for r in (runs.get("off") or {}).values() if r.get("readable_by_last_follower_s"))
-    merged = [float(r["readable_by_last_follower_s"]["p50"]) for r in (runs.get("on") or {}).values()
-              if r.get("readable_by_last_follower_s") and r["followers"] >= threshold]
-    out: dict[str, Any] = {"budget_s": budget_s, "push_points": push, "followers": None,
-                           "merged_readable_s": round(stats.percentile(merged, 50), 3) if merged else None}
+    push = sorted(
+        (float(r["followers"]), float(r["readable_by_last_follower_s"]["min"]))
+        for r in (runs.get("off") or {}).values()
+        if r.get("readable_by_last_follower_s")
+    )
+    merged = [
+        float(r["readable_by_last_follower_s"]["p50"])
+        for r in (runs.get("on") or {}).values()
+        if r.get("readable_by_last_follower_s") and r["followers"] >= threshold
+    ]
+    out: dict[str, Any] = {
+        "budget_s": budget_s,
+        "push_points": push,
+        "followers": None,
+        "merged_readable_s": round(stats.percentile(merged, 50), 3) if merged else None,
+    }
     groups = (reads or {}).get("by_large_accounts") or {}
     r0, r10 = (groups.get("0") or {}).get("p50"), (groups.get("10") or {}).get("p50")
     if r0 is not None and r10 is not None:
@@ -317,27 +355,36 @@ def compute_crossover(runs: dict[str, dict[str, Any]], threshold: int,
     out["followers"] = round(cross)
     out["threshold_over_crossover"] = round(threshold / cross, 3) if cross else None
     pts = ", ".join(f"{t:.2f} s at {n:,.0f}" for n, t in push)
-    extra = (f"; the merged path made tweets readable in {out['merged_readable_s']:.2f} s (p50)"
-             if out["merged_readable_s"] is not None else "")
+    extra = (
+        f"; the merged path made tweets readable in {out['merged_readable_s']:.2f} s (p50)"
+        if out["merged_readable_s"] is not None
+        else ""
+    )
     if "read_ms_per_large_account" in out:
         extra += f", and a home read paid {out['read_ms_per_large_account']:.2f} ms (p50) per followed large account"
-    out["text"] = (f"one pushed tweet reached its last follower in {pts} followers; push crosses the "
-                   f"{budget_s:g} s bound at {cross:,.0f} followers{extra}")
+    out["text"] = (
+        f"one pushed tweet reached its last follower in {pts} followers; push crosses the "
+        f"{budget_s:g} s bound at {cross:,.0f} followers{extra}"
+    )
     return out
 
 
-def summarize(runs: dict[str, dict[str, Any]], partitions: dict[str, Any], reads: dict[str, Any],
-              crossover: dict[str, Any], threshold: int) -> dict[str, Any]:
+def summarize(
+    runs: dict[str, dict[str, Any]], partitions: dict[str, Any], reads: dict[str, Any], crossover: dict[str, Any], threshold: int
+) -> dict[str, Any]:
     """The ``celebrity`` section of the results document."""
     by_mode: dict[str, Any] = {}
     for mode, per in runs.items():
-        by_mode[mode] = {n: {
-            "post_p99_ms": (r.get("post_ms") or {}).get("p99"),
-            "readable_last_follower_s": r.get("readable_by_last_follower_max_s"),
-            "ordinary_lag_p99_ms": (r.get("ordinary_lag_ms") or {}).get("p99"),
-            "rows_written": r.get("rows_written"),
-            "stored_rows_max_of_sampled": max((r.get("stored_rows_of_watchers") or {}).values(), default=None),
-        } for n, r in per.items()}
+        by_mode[mode] = {
+            n: {
+                "post_p99_ms": (r.get("post_ms") or {}).get("p99"),
+                "readable_last_follower_s": r.get("readable_by_last_follower_max_s"),
+                "ordinary_lag_p99_ms": (r.get("ordinary_lag_ms") or {}).get("p99"),
+                "rows_written": r.get("rows_written"),
+                "stored_rows_max_of_sampled": max((r.get("stored_rows_of_watchers") or {}).values(), default=None),
+            }
+            for n, r in per.items()
+        }
         by_mode[mode]["largest_partition_bytes"] = (partitions.get(mode) or {}).get("max_partition_bytes")
     groups = reads.get("by_large_accounts") or {}
     return {

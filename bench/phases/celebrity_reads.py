@@ -29,8 +29,10 @@ async def read_large(bench: Bench) -> dict[str, Any]:
     large = [f"a{tag}L{k:03d}" for k in range(most)]
     fillers = [f"a{tag}r{j}" for j in range(5)]
     readers = {g: [f"r{tag}_{g:03d}_{i:02d}" for i in range(p.read_large_readers)] for g in p.read_large_counts}
-    say(f"home reads: {most} large accounts (threshold {p.read_large_threshold} for this sub-phase), "
-        f"{sum(len(r) for r in readers.values())} readers")
+    say(
+        f"home reads: {most} large accounts (threshold {p.read_large_threshold} for this sub-phase), "
+        f"{sum(len(r) for r in readers.values())} readers"
+    )
     await bench.gather_limited([bench.sign_up(a) for a in [*large, *fillers]], 4)
     all_readers = [r for rs in readers.values() for r in rs]
     edges = [(r, f) for r in all_readers for f in fillers]
@@ -38,8 +40,7 @@ async def read_large(bench: Bench) -> dict[str, Any]:
     edges += [(seed.celebrity_follower(tag, i), a) for a in large for i in range(p.read_large_threshold)]
     await asyncio.to_thread(seed.bulk_load_edges, bench.session, bench.social_ks, edges, all_readers, None)
     await bench.gather_limited([bench.login(u, seed.POOL_PASSWORD) for u in all_readers], 4)
-    await bench.restart_workers({"FANLINE_HYBRID_FANOUT": "true",
-                                  "FANLINE_LARGE_ACCOUNT_FOLLOWERS": str(p.read_large_threshold)})
+    await bench.restart_workers({"FANLINE_HYBRID_FANOUT": "true", "FANLINE_LARGE_ACCOUNT_FOLLOWERS": str(p.read_large_threshold)})
     base = await asyncio.to_thread(bench.rows_written) or 0.0
     # Fillers first (stored rows for every reader), then the large accounts
     # (merged at read time): the newest page of a reader with large accounts
@@ -58,8 +59,9 @@ async def read_large(bench: Bench) -> dict[str, Any]:
     async def one(g: int, reader: str) -> None:
         nonlocal short
         t = time.perf_counter()
-        r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
-                                 headers={"authorization": f"Bearer {bench.tokens[reader]}"})
+        r = await bench.http.get(
+            f"{bench.api}/v1/timeline", params={"limit": 20}, headers={"authorization": f"Bearer {bench.tokens[reader]}"}
+        )
         lat[g].append((time.perf_counter() - t) * 1000)
         items = r.json().get("items", []) if r.status_code in (200, 206) else []
         if len(items) < 20:
@@ -75,7 +77,7 @@ async def read_large(bench: Bench) -> dict[str, Any]:
     order = list(readers.items())
     for b in range(p.read_blocks):
         # Each block starts with another group, so drifting load hits all alike.
-        for g, rs in order[b % len(order):] + order[:b % len(order)]:
+        for g, rs in order[b % len(order) :] + order[: b % len(order)]:
             start = time.monotonic() + 0.2
 
             async def at(i: int, g: int = g, rs: list[str] = rs, start: float = start) -> None:
@@ -83,17 +85,25 @@ async def read_large(bench: Bench) -> dict[str, Any]:
                 await one(g, rs[i % len(rs)])
 
             await asyncio.gather(*(at(i) for i in range(n)))
-    out = {str(g): {**(stats.summary(v, 3) or {}), "pages_with_merged_tweets": merged_pages[g]}
-           for g, v in lat.items()}
+    out = {str(g): {**(stats.summary(v, 3) or {}), "pages_with_merged_tweets": merged_pages[g]} for g, v in lat.items()}
     for g in readers:
         if g and not merged_pages[g]:
             bench.notes.append(f"home reads: no page of a reader following {g} large accounts held their tweets")
-    say("  home read p50/p99 by followed large accounts: " + ", ".join(
-        f"{g}: {out[str(g)].get('p50')}/{out[str(g)].get('p99')} ms" for g in readers))
-    return {"by_large_accounts": out, "threshold": p.read_large_threshold, "readers_per_group": p.read_large_readers,
-            "rate_per_s": p.read_rate, "short_pages": short,
-            "method": (f"{most} large accounts (each with {p.read_large_threshold} bulk-loaded followers; the worker "
-                       f"ran with FANLINE_LARGE_ACCOUNT_FOLLOWERS={p.read_large_threshold} for this sub-phase) post "
-                       "2 tweets each after 5 ordinary authors posted 6 each; readers following 0, 10 or 100 of "
-                       "the large accounts (and the 5 ordinary ones) read `GET /v1/timeline?limit=20` in "
-                       f"alternating blocks of {p.read_block_s:g} s at {p.read_rate:g} requests/s.")}
+    say(
+        "  home read p50/p99 by followed large accounts: "
+        + ", ".join(f"{g}: {out[str(g)].get('p50')}/{out[str(g)].get('p99')} ms" for g in readers)
+    )
+    return {
+        "by_large_accounts": out,
+        "threshold": p.read_large_threshold,
+        "readers_per_group": p.read_large_readers,
+        "rate_per_s": p.read_rate,
+        "short_pages": short,
+        "method": (
+            f"{most} large accounts (each with {p.read_large_threshold} bulk-loaded followers; the worker "
+            f"ran with FANLINE_LARGE_ACCOUNT_FOLLOWERS={p.read_large_threshold} for this sub-phase) post "
+            "2 tweets each after 5 ordinary authors posted 6 each; readers following 0, 10 or 100 of "
+            "the large accounts (and the 5 ordinary ones) read `GET /v1/timeline?limit=20` in "
+            f"alternating blocks of {p.read_block_s:g} s at {p.read_rate:g} requests/s."
+        ),
+    }

@@ -24,8 +24,11 @@ from ..harness import Bench
 async def run(bench: Bench) -> None:
     p = bench.plan
     lags, head = await _lag_run(bench, p.lag_rate, p.lag_duration_s)
-    bench.doc["delivery_lag_ms"] = {"followers": 1000, "rate_per_s": p.lag_rate,
-                                    **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None})}
+    bench.doc["delivery_lag_ms"] = {
+        "followers": 1000,
+        "rate_per_s": p.lag_rate,
+        **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None}),
+    }
     bench.details["delivery_lag"] = {
         **head,
         "samples_ms": [round(x, 1) for x in lags],
@@ -38,7 +41,8 @@ async def run(bench: Bench) -> None:
             "(followers + author) with their `WRITETIME`, which is when tweet-store issued each write. A tweet's "
             "lag is the later of the two — the last of its 1,001 rows written, and readable in the sampled "
             "timelines — so every follower is covered and the figure errs on the slow side. Tweets missing any "
-            "row at the end count as incomplete."),
+            "row at the end count as incomplete."
+        ),
     }
     await run_with_reads(bench)
     # The same measurement at higher posting rates, one after another
@@ -58,7 +62,8 @@ async def run(bench: Bench) -> None:
             f"{p.lag_sweep_duration_s:.0f} s each, measured the same way. Only the posting rate changes: each "
             "1,000-follower tweet is 1,001 home-timeline rows, so N tweets/s ask the fan-out for about "
             "N × 1,000 rows/s while tweet-store is also serving the posts. A lag that grows through a run "
-            "instead of settling means the rate is above what the fan-out delivers while it yields to users."),
+            "instead of settling means the rate is above what the fan-out delivers while it yields to users."
+        ),
     }
 
 
@@ -68,10 +73,15 @@ async def run_with_reads(bench: Bench) -> None:
     p = bench.plan
     lags, head = await _lag_run(bench, p.lag_reads_rate, p.lag_reads_duration_s, reads_per_s=p.lag_reads_per_s)
     bench.doc["delivery_lag_reads_ms"] = {
-        "followers": 1000, "rate_per_s": p.lag_reads_rate, "reads_per_s": p.lag_reads_per_s,
+        "followers": 1000,
+        "rate_per_s": p.lag_reads_rate,
+        "reads_per_s": p.lag_reads_per_s,
         "reads_per_s_achieved": head.get("reads", {}).get("achieved_per_s"),
-        "posts_refused": head["posts_refused"], "read_errors": head.get("reads", {}).get("errors"),
-        **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None}), "n": len(lags)}
+        "posts_refused": head["posts_refused"],
+        "read_errors": head.get("reads", {}).get("errors"),
+        **(stats.p50_p99(lags, 1) or {"p50": None, "p99": None}),
+        "n": len(lags),
+    }
     bench.details["delivery_lag_reads"] = {
         **head,
         "method": (
@@ -80,7 +90,8 @@ async def run_with_reads(bench: Bench) -> None:
             f"scheduled time, whatever the answers) as {len(bench.readers)} followers of the posting authors, "
             "in turn. tweet-store paces the fan-out while it serves reads, so this is the lag users see on a "
             "service people are reading; the read rate actually achieved and the reads' latency are reported "
-            "beside it."),
+            "beside it."
+        ),
     }
 
 
@@ -94,8 +105,9 @@ async def _reads(bench: Bench, rate: float, stop: asyncio.Event) -> dict[str, An
         nonlocal errors
         started = time.perf_counter()
         try:
-            r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
-                                     headers={"authorization": f"Bearer {bench.tokens[reader]}"})
+            r = await bench.http.get(
+                f"{bench.api}/v1/timeline", params={"limit": 20}, headers={"authorization": f"Bearer {bench.tokens[reader]}"}
+            )
             if r.status_code != 200:
                 errors += 1
                 return
@@ -121,22 +133,29 @@ async def _reads(bench: Bench, rate: float, stop: asyncio.Event) -> dict[str, An
     elapsed = time.monotonic() - t0
     if tasks:
         await asyncio.gather(*tasks)
-    return {"target_per_s": rate, "sent": i, "answered": len(latencies), "errors": errors,
-            "achieved_per_s": round(len(latencies) / elapsed, 1) if elapsed > 0 else None,
-            "latency_ms": stats.summary(latencies, 2)}
+    return {
+        "target_per_s": rate,
+        "sent": i,
+        "answered": len(latencies),
+        "errors": errors,
+        "achieved_per_s": round(len(latencies) / elapsed, 1) if elapsed > 0 else None,
+        "latency_ms": stats.summary(latencies, 2),
+    }
 
 
-async def _lag_run(bench: Bench, rate: float, duration_s: float,
-                   reads_per_s: float = 0.0) -> tuple[list[float], dict[str, Any]]:
+async def _lag_run(bench: Bench, rate: float, duration_s: float, reads_per_s: float = 0.0) -> tuple[list[float], dict[str, Any]]:
     """Post ``rate`` tweets/s for ``duration_s`` from the lag authors and
     time each one until it is in every follower's home timeline (with
     ``reads_per_s`` home reads/s running meanwhile): the lags of the complete
     tweets (ms) and a summary of the run."""
     total = int(rate * duration_s)
-    say(f"delivery lag: {total} tweets from {len(bench.lag_authors)} authors with 1,000 followers, "
-        f"{rate:g}/s for {duration_s:.0f}s")
-    read = await asyncio.to_thread(cql.prepare, bench.session,
-                                   f"SELECT tweet_id FROM {bench.tweet_ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?")
+    say(
+        f"delivery lag: {total} tweets from {len(bench.lag_authors)} authors with 1,000 followers, "
+        f"{rate:g}/s for {duration_s:.0f}s"
+    )
+    read = await asyncio.to_thread(
+        cql.prepare, bench.session, f"SELECT tweet_id FROM {bench.tweet_ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?"
+    )
     followers = bench.graph.followers_of(bench.lag_authors[0])  # the same 1,000 for every lag author
     polled: dict[str, float] = {}
     answered: dict[str, tuple[float, str]] = {}
@@ -151,8 +170,9 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
         deadline = time.monotonic() + 120
         pending = list(sample)
         while pending and time.monotonic() < deadline:
-            found = await cql.execute_concurrent(bench.session, read, [(o, tweet_id) for o in pending],
-                                                 name="bench_lag_poll", concurrency=8)
+            found = await cql.execute_concurrent(
+                bench.session, read, [(o, tweet_id) for o in pending], name="bench_lag_poll", concurrency=8
+            )
             pending = [o for o, rows in zip(pending, found, strict=True) if not rows]
             if pending:
                 await asyncio.sleep(0.02)
@@ -203,14 +223,18 @@ async def _lag_run(bench: Bench, rate: float, duration_s: float,
         say(f"  {len(refused)} of {total} posts refused (503): {refused[0][:160]}")
         bench.notes.append(f"delivery lag at {rate:g}/s: {len(refused)} of {total} posts were refused with 503")
     if incomplete:
-        bench.notes.append(f"delivery lag at {rate:g}/s: {incomplete} of {len(answered)} tweets were not in every "
-                           "follower's timeline")
+        bench.notes.append(
+            f"delivery lag at {rate:g}/s: {incomplete} of {len(answered)} tweets were not in every follower's timeline"
+        )
     if lags:
-        say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms "
-            f"({len(lags)} tweets)")
+        say(f"  lag p50 {stats.percentile(lags, 50):,.0f} ms, p99 {stats.percentile(lags, 99):,.0f} ms ({len(lags)} tweets)")
     return lags, {
-        "tweets": len(answered), "complete": len(lags), "incomplete": incomplete, "posts_refused": len(refused),
-        "summary": stats.summary(lags, 1), "last_row_written_ms": stats.summary(lags_written, 1),
+        "tweets": len(answered),
+        "complete": len(lags),
+        "incomplete": incomplete,
+        "posts_refused": len(refused),
+        "summary": stats.summary(lags, 1),
+        "last_row_written_ms": stats.summary(lags_written, 1),
         "sample_readable_ms": stats.summary(lags_polled, 1),
         "max_send_lateness_ms": round(max(lateness, default=0) * 1000, 1),
         **({"reads": reads} if reads is not None else {}),

@@ -84,8 +84,7 @@ def cpu_snapshot(pids: dict[str, list[int]]) -> dict[str, dict[int, float]]:
     return {c: {pid: v for pid in ps if (v := _cpu_s(pid)) is not None} for c, ps in pids.items()}
 
 
-def cpu_per_1k(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]],
-               rows: float) -> dict[str, float | None]:
+def cpu_per_1k(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], rows: float) -> dict[str, float | None]:
     """CPU-seconds per 1,000 rows of each component between two snapshots
     (processes absent from ``before`` count from zero)."""
     out: dict[str, float | None] = {}
@@ -99,9 +98,22 @@ def start_proxy(bench: Bench, port: int, target: str, delay_ms: float) -> subpro
     """``bench/latency_proxy.py`` as its own process, logging beside the services."""
     bench.logs.mkdir(parents=True, exist_ok=True)
     with open(bench.logs / "latency-proxy.log", "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "bench.latency_proxy", "--listen", f"127.0.0.1:{port}",
-                                 "--target", target, "--delay-ms", str(delay_ms)],
-                                cwd=procs.REPO, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.latency_proxy",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--target",
+                target,
+                "--delay-ms",
+                str(delay_ms),
+            ],
+            cwd=procs.REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 async def _rtt_ms(settings: StorageSettings, n: int = 20) -> float:
@@ -126,8 +138,9 @@ async def _rtt_ms(settings: StorageSettings, n: int = 20) -> float:
 def pending_compactions(bench: Bench) -> int | None:
     """Cassandra's pending compaction tasks (``nodetool compactionstats``), None if unknown."""
     try:
-        out = subprocess.run(bench.infra.nodetool_command("compactionstats"), check=True, capture_output=True,
-                             text=True, timeout=60).stdout
+        out = subprocess.run(
+            bench.infra.nodetool_command("compactionstats"), check=True, capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError, AttributeError):
         return None
     m = re.search(r"pending tasks:?\s+([0-9]+)", out)
@@ -185,13 +198,22 @@ async def run(bench: Bench) -> None:
     runs: dict[str, Any] = {}
     try:
         await asyncio.sleep(1.0)
-        base = StorageSettings(backend="cassandra", data_dir=bench.tmp, cassandra_hosts=(host,),
-                               cassandra_port=int(port), keyspace_prefix=bench.prefix, replication_factor=1,
-                               local_dc="datacenter1", request_timeout_s=30.0)
+        base = StorageSettings(
+            backend="cassandra",
+            data_dir=bench.tmp,
+            cassandra_hosts=(host,),
+            cassandra_port=int(port),
+            keyspace_prefix=bench.prefix,
+            replication_factor=1,
+            local_dc="datacenter1",
+            request_timeout_s=30.0,
+        )
         direct_rtt = await _rtt_ms(base)
         proxied_rtt = await _rtt_ms(replace(base, cassandra_hosts=("127.0.0.1",), cassandra_port=proxy_port))
-        say(f"  CQL round trip: {direct_rtt:.2f} ms direct, {proxied_rtt:.2f} ms through the proxy "
-            "(the driver sees only the proxy)")
+        say(
+            f"  CQL round trip: {direct_rtt:.2f} ms direct, {proxied_rtt:.2f} ms through the proxy "
+            "(the driver sees only the proxy)"
+        )
         await asyncio.to_thread(system.stop_workers)
         say("  restarting social-graph behind the proxy")
         await asyncio.to_thread(system.restart_service, "social-graph", proxied_env)
@@ -248,12 +270,14 @@ async def run(bench: Bench) -> None:
             "the rows; the Cassandra and Kafka JVMs are shared with anything else running on this machine, so "
             "their figures are upper bounds. A run whose machine-wide CPU utilisation reached "
             f"{CPU_BOUND_UTILISATION:.0%} of all cores is marked CPU-bound: there, more processes cannot add "
-            "throughput on this machine whatever the design."),
+            "throughput on this machine whatever the design."
+        ),
     }
 
 
-def steady_rate(series: list[tuple[float, float]], expected: float,
-                all_ready: float) -> tuple[float | None, dict[str, float] | None]:
+def steady_rate(
+    series: list[tuple[float, float]], expected: float, all_ready: float
+) -> tuple[float | None, dict[str, float] | None]:
     """Rows/s from when every worker was ready (or 10 % of the rows, whichever
     is later) to 90 %: the group's steady pace, without the joins. None when
     that window holds under a fifth of the rows (the backlog was too small
@@ -270,8 +294,7 @@ def steady_rate(series: list[tuple[float, float]], expected: float,
     return rate, {"from_share": round(v0 / expected, 3), "to_share": 0.9, "seconds": round(t90 - t0, 2)}
 
 
-async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_pid: int,
-                   authors: list[str]) -> dict[str, Any]:
+async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_pid: int, authors: list[str]) -> dict[str, Any]:
     assert bench.system is not None
     system = bench.system
     p = bench.plan
@@ -297,10 +320,10 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     # workers begin draining while the later ones are still joining (each
     # join is a group rebalance), and a series begun after the last was ready
     # missed most of a fast drain (4 workers "reached" 107k rows/s that way).
-    polling = asyncio.create_task(bench.wait_rows(base_rows + expected, p.drain_timeout_s,
-                                                  f"{count} worker(s), proxied"))
-    await asyncio.to_thread(system.start_workers, count, 120,
-                            lambda i: {**proxied_env, "FANLINE_TWEET_STORE_URL": urls[i % len(urls)]})
+    polling = asyncio.create_task(bench.wait_rows(base_rows + expected, p.drain_timeout_s, f"{count} worker(s), proxied"))
+    await asyncio.to_thread(
+        system.start_workers, count, 120, lambda i: {**proxied_env, "FANLINE_TWEET_STORE_URL": urls[i % len(urls)]}
+    )
     all_ready = time.monotonic()
     pids = component_pids(bench, proxy_pid)  # now with the workers, which count from zero
     series = await polling
@@ -314,20 +337,31 @@ async def _one_run(bench: Bench, count: int, proxied_env: dict[str, str], proxy_
     util = (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
     verified = await verify_delivered(bench, posted)
     per_1k = cpu_per_1k(cpu_before, cpu_after, series[-1][1])
-    say(f"  {count} worker(s): {rate or 0:,.0f} rows/s over {window}, write limits {limits}, "
-        f"machine CPU {100 * (util or 0):.0f} %, CPU-s/1k rows {per_1k}")
+    say(
+        f"  {count} worker(s): {rate or 0:,.0f} rows/s over {window}, write limits {limits}, "
+        f"machine CPU {100 * (util or 0):.0f} %, CPU-s/1k rows {per_1k}"
+    )
     if not verified:
-        bench.notes.append(f"latency scaling with {count} worker(s): a sampled tweet was not in every follower's "
-                           "timeline after the counter reached the expected rows")
+        bench.notes.append(
+            f"latency scaling with {count} worker(s): a sampled tweet was not in every follower's "
+            "timeline after the counter reached the expected rows"
+        )
     return {
-        "workers": count, "replicas": count, "rows": int(series[-1][1]), "expected_rows": expected,
-        "rows_per_s": rate and round(rate, 1), "drain_s": round(series[-1][0] - started, 2),
+        "workers": count,
+        "replicas": count,
+        "rows": int(series[-1][1]),
+        "expected_rows": expected,
+        "rows_per_s": rate and round(rate, 1),
+        "drain_s": round(series[-1][0] - started, 2),
         "start_to_first_row_s": next((round(t - started, 2) for t, v in series if v > 0), None),
-        "all_ready_s": round(all_ready - started, 2), "measured_window": window,
+        "all_ready_s": round(all_ready - started, 2),
+        "measured_window": window,
         "write_limit_at_end": [None if v is None else round(v, 1) for v in limits],
         "machine_cpu_utilisation": util and round(util, 3),
         "cpu_bound": None if util is None else util >= CPU_BOUND_UTILISATION,
-        "cpu_s_per_1k_rows": per_1k, "verified_sample": verified, "hop_latency": hops,
+        "cpu_s_per_1k_rows": per_1k,
+        "verified_sample": verified,
+        "hop_latency": hops,
         "limit_decreases_and_pages_shed": shrinks,
     }
 
@@ -339,19 +373,23 @@ def _limit_events(replica_urls: list[str]) -> list[dict[str, float]]:
     out = []
     for url in replica_urls:
         scraped = prometheus.scrape_all(f"{url}/metrics")
-        out.append({k.split("{", 1)[1].rstrip("}"): v for k, v in scraped.items()
-                    if k.startswith(("fanline_fanout_write_limit_decreases_total{",
-                                     "fanline_fanout_pages_expired_total{"))})
+        out.append(
+            {
+                k.split("{", 1)[1].rstrip("}"): v
+                for k, v in scraped.items()
+                if k.startswith(("fanline_fanout_write_limit_decreases_total{", "fanline_fanout_pages_expired_total{"))
+            }
+        )
     return out
 
 
-def _hop_latencies(system: Any, replica_urls: list[str], graph_url: str,
-                   graph_before: dict[str, float]) -> dict[str, Any]:
+def _hop_latencies(system: Any, replica_urls: list[str], graph_url: str, graph_before: dict[str, float]) -> dict[str, Any]:
     """Where a run's time went, hop by hop: the mean latency (ms) and count
     of the workers' calls to their peers, the replicas' Cassandra
     statements, and social-graph's (which outlives the run: the difference
     of two scrapes). Workers and replicas start with each run, so their
     totals are the run's."""
+
     def means(url: str, metric: str, before: dict[str, float] | None = None) -> list[dict[str, Any]]:
         return prometheus.histogram_means(before or {}, prometheus.scrape_all(url), metric)
 
@@ -359,7 +397,8 @@ def _hop_latencies(system: Any, replica_urls: list[str], graph_url: str,
     return {
         "worker_peer_calls": [m for u in workers for m in means(u, "fanline_peer_request_duration_seconds")],
         "worker_page_writes": [m for u in workers for m in means(u, "fanline_fanout_page_duration_seconds")],
-        "replica_cassandra": [m for u in replica_urls
-                              for m in means(f"{u}/metrics", "fanline_cassandra_statement_duration_seconds")],
+        "replica_cassandra": [
+            m for u in replica_urls for m in means(f"{u}/metrics", "fanline_cassandra_statement_duration_seconds")
+        ],
         "social_graph_cassandra": means(graph_url, "fanline_cassandra_statement_duration_seconds", graph_before),
     }

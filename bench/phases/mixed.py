@@ -18,9 +18,15 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     seeded = await workload.seeded(bench)
-    bench.details.setdefault("compactions_settled", {})["mixed"] = await quiesce.settle_compactions(
-        bench.session, "mixed")
+    bench.details.setdefault("compactions_settled", {})["mixed"] = await quiesce.settle_compactions(bench.session, "mixed")
     say(f"mixed load: {p.mixed_rate:g} requests/s for {p.mixed_s:g}s, open loop")
-    step = await asyncio.to_thread(workload.run_step, workload.target_of(bench.system), seeded, p.mixed_rate,
-                                   p.mixed_s, bench.tmp / "mixed", random.Random(f"{bench.tag}-mixed"))
+    step = await asyncio.to_thread(
+        workload.run_step,
+        workload.target_of(bench.system),
+        seeded,
+        p.mixed_rate,
+        p.mixed_s,
+        bench.tmp / "mixed",
+        random.Random(f"{bench.tag}-mixed"),
+    )
     bench.doc["mixed_load"] = {**step, "users": p.open_users, "method": workload.method_note()}

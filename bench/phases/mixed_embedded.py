@@ -20,18 +20,32 @@ async def run(bench: Bench) -> None:
     base_port = bench.args.base_port + 200
     # Only the cheap-argon2 settings of the bench; the rest is make run's defaults.
     env = {k: v for k, v in SYSTEM_ENV.items() if k.startswith("FANLINE_ARGON2") or k == "FANLINE_LOG_LEVEL"}
-    system = BenchSystem(data_dir=bench.tmp / "embedded", base_port=base_port, extra_env=env,
-                         log_dir=bench.logs / "embedded")
+    system = BenchSystem(data_dir=bench.tmp / "embedded", base_port=base_port, extra_env=env, log_dir=bench.logs / "embedded")
     say(f"embedded default: SQLite + tansu on ports {base_port}+")
     await asyncio.to_thread(system.start, 120)
     try:
-        seeded = await workload.seed(system.url("api"), f"e{bench.tag}", p.embedded_users,
-                                     min(p.open_mean_following, max(1, p.embedded_users // 4)),
-                                     random.Random(f"{bench.tag}-embedded"))
+        seeded = await workload.seed(
+            system.url("api"),
+            f"e{bench.tag}",
+            p.embedded_users,
+            min(p.open_mean_following, max(1, p.embedded_users // 4)),
+            random.Random(f"{bench.tag}-embedded"),
+        )
         say(f"embedded default: {p.embedded_rate:g} requests/s for {p.embedded_s:g}s")
-        step = await asyncio.to_thread(workload.run_step, workload.target_of(system), seeded, p.embedded_rate,
-                                       p.embedded_s, bench.tmp / "embedded-load", random.Random(f"{bench.tag}-emb"))
+        step = await asyncio.to_thread(
+            workload.run_step,
+            workload.target_of(system),
+            seeded,
+            p.embedded_rate,
+            p.embedded_s,
+            bench.tmp / "embedded-load",
+            random.Random(f"{bench.tag}-emb"),
+        )
     finally:
         await asyncio.to_thread(system.stop)
-    bench.doc["mixed_embedded"] = {**step, "users": p.embedded_users, "backend": "SQLite + tansu (make run)",
-                                   "method": workload.method_note()}
+    bench.doc["mixed_embedded"] = {
+        **step,
+        "users": p.embedded_users,
+        "backend": "SQLite + tansu (make run)",
+        "method": workload.method_note(),
+    }

@@ -21,18 +21,25 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     seeded = await workload.seeded(bench)
-    bench.details.setdefault("compactions_settled", {})["overload"] = await quiesce.settle_compactions(
-        bench.session, "overload")
+    bench.details.setdefault("compactions_settled", {})["overload"] = await quiesce.settle_compactions(bench.session, "overload")
     sat = bench.doc.get("saturation") or {}
     capacity = sat.get("capacity_per_s")
     if capacity is None:
         capacity = p.mixed_rate
-        bench.notes.append(f"overload: no measured capacity (saturation not run or no step held); "
-                           f"ran at 2 x the mixed rate, {2 * capacity:g}/s")
+        bench.notes.append(
+            f"overload: no measured capacity (saturation not run or no step held); ran at 2 x the mixed rate, {2 * capacity:g}/s"
+        )
     rate = 2 * float(capacity)
     say(f"overload: {rate:g} requests/s (2 x capacity {capacity:g}/s) for {p.overload_s:g}s")
-    step = await asyncio.to_thread(workload.run_step, workload.target_of(bench.system), seeded, rate, p.overload_s,
-                                   bench.tmp / "overload", random.Random(f"{bench.tag}-overload"))
+    step = await asyncio.to_thread(
+        workload.run_step,
+        workload.target_of(bench.system),
+        seeded,
+        rate,
+        p.overload_s,
+        bench.tmp / "overload",
+        random.Random(f"{bench.tag}-overload"),
+    )
     total = step["client"]["total"]
     bench.doc["overload"] = {
         **step,

@@ -57,11 +57,18 @@ async def run(bench: Bench) -> None:
     p = bench.plan
     assert bench.system is not None
     rows_per_batch = batch_rows(bench)
-    say(f"post latency: starting the synchronous baseline (window {bench.best_concurrency}, batches of "
-        f"{rows_per_batch})")
+    say(f"post latency: starting the synchronous baseline (window {bench.best_concurrency}, batches of {rows_per_batch})")
     bench.baseline_proc = await asyncio.to_thread(
-        procs.spawn_baseline, sys.executable, bench.args.base_port + 20, bench.sync_ks, bench.system.url("social-graph"),
-        bench.infra.cassandra_contact, bench.best_concurrency, bench.logs / "sync-baseline.log", rows_per_batch)
+        procs.spawn_baseline,
+        sys.executable,
+        bench.args.base_port + 20,
+        bench.sync_ks,
+        bench.system.url("social-graph"),
+        bench.infra.cassandra_contact,
+        bench.best_concurrency,
+        bench.logs / "sync-baseline.log",
+        rows_per_batch,
+    )
     if bench.monitor is not None:
         bench.monitor.watch("sync-baseline", bench.baseline_proc.pid)
     rounds = max(1, p.repeats)
@@ -83,8 +90,10 @@ async def run(bench: Bench) -> None:
             await bench.post_ours(bench.post_author(r, n), "warm-up")
             offered += int(n) + 1
             await bench.post(f"{bench.baseline_url}/tweets", bench.post_author(r, n), "warm-up")
-    say(f"post latency: {rounds} rounds of three blocks, {p.post_samples} posts per group each (ours with the "
-        f"worker running; ours with it stopped; the baseline with it stopped)")
+    say(
+        f"post latency: {rounds} rounds of three blocks, {p.post_samples} posts per group each (ours with the "
+        f"worker running; ours with it stopped; the baseline with it stopped)"
+    )
     scraped_before = await asyncio.to_thread(scrape_services, bench)
     sequence: list[tuple[float, str, str, float]] = []
     phase_t0 = time.monotonic()
@@ -123,14 +132,21 @@ async def run(bench: Bench) -> None:
         if kind == "running":
             rows_now, t_now = await fanout.now(), time.monotonic()
             speed = (rows_now - rows_at) / (t_now - t_at) if t_now > t_at else None
-            block_speeds.append({"round": r + 1, "rows": int(rows_now - rows_at), "seconds": round(t_now - t_at, 1),
-                                 "rows_per_s": speed and round(speed, 1)})
+            block_speeds.append(
+                {
+                    "round": r + 1,
+                    "rows": int(rows_now - rows_at),
+                    "seconds": round(t_now - t_at, 1),
+                    "rows_per_s": speed and round(speed, 1),
+                }
+            )
         for n in GROUPS:
             {"running": ours, "stopped": paused, "sync": sync}[kind][n].append(samples[n])
         say(f"  round {r + 1} ({kind}): 10,000-follower p99 {stats.percentile(samples['10000'], 99):.1f} ms")
     bench.logs.mkdir(parents=True, exist_ok=True)
     (bench.logs / "post-samples.csv").write_text(
-        "answered_s,system,followers,ms\n" + "".join(f"{t:.3f},{s},{n},{ms:.2f}\n" for t, s, n, ms in sequence))
+        "answered_s,system,followers,ms\n" + "".join(f"{t:.3f},{s},{n},{ms:.2f}\n" for t, s, n, ms in sequence)
+    )
     scraped_after = await asyncio.to_thread(scrape_services, bench)
     procs.stop_process(bench.baseline_proc)
     bench.baseline_proc = None
@@ -149,14 +165,16 @@ async def run(bench: Bench) -> None:
         bench.doc["post_latency_ms"]["sync_baseline"][n] = stats.p50_p99(pooled(sync, n))
     idle = bench.doc["fanout_rows_per_s"].get("worker")
     ratios = bench.doc.setdefault("ratios", {})
-    ratios["sync_vs_ours_p99_10000"] = stats.repeated_ratio(p99s(sync, "10000"), p99s(ours, "10000"),
-                                                            counts(sync["10000"], ours["10000"]))
-    ratios["post_p99_10000_vs_0"] = stats.repeated_ratio(p99s(ours, "10000"), p99s(ours, "0"),
-                                                         counts(ours["10000"], ours["0"]))
-    ratios["post_p99_running_vs_stopped"] = stats.repeated_ratio(p99s(ours, "10000"), p99s(paused, "10000"),
-                                                                 counts(ours["10000"], paused["10000"]))
+    ratios["sync_vs_ours_p99_10000"] = stats.repeated_ratio(
+        p99s(sync, "10000"), p99s(ours, "10000"), counts(sync["10000"], ours["10000"])
+    )
+    ratios["post_p99_10000_vs_0"] = stats.repeated_ratio(p99s(ours, "10000"), p99s(ours, "0"), counts(ours["10000"], ours["0"]))
+    ratios["post_p99_running_vs_stopped"] = stats.repeated_ratio(
+        p99s(ours, "10000"), p99s(paused, "10000"), counts(ours["10000"], paused["10000"])
+    )
     ratios["fanout_speed_during_posts_vs_idle"] = stats.repeated_ratio(
-        [b["rows_per_s"] for b in block_speeds], [idle] * len(block_speeds))
+        [b["rows_per_s"] for b in block_speeds], [idle] * len(block_speeds)
+    )
     # Nothing skipped: the worker drains every row the phase offered.
     during = fanout.done  # the last block ran with the worker stopped
     await fanout.start()
@@ -182,29 +200,41 @@ async def run(bench: Bench) -> None:
     drain_s = time.monotonic() - drain_t0
     lags = await own_lags(bench, own)
     bench.doc["post_fanout"] = {
-        "offered_rows": offered, "delivered_rows_during_blocks": int(during), "delivered_rows": int(delivered),
+        "offered_rows": offered,
+        "delivered_rows_during_blocks": int(during),
+        "delivered_rows": int(delivered),
         "rows_counted_by_workers": int(counted),
-        "drained": drained, "drain_after_s": round(drain_s, 1), "idle_rows_per_s": idle,
+        "drained": drained,
+        "drain_after_s": round(drain_s, 1),
+        "idle_rows_per_s": idle,
         "block_rows_per_s": block_speeds,
         "lag_ms": {n: stats.summary(v, 1) for n, v in lags.items()},
     }
     if not drained:
-        bench.notes.append(f"post latency: the workers counted {counted:,.0f} of {offered:,} offered rows within "
-                           f"{p.drain_timeout_s:.0f}s; the rest was skipped")
+        bench.notes.append(
+            f"post latency: the workers counted {counted:,.0f} of {offered:,} offered rows within "
+            f"{p.drain_timeout_s:.0f}s; the rest was skipped"
+        )
         await asyncio.to_thread(bench.system.stop_workers)
         await skip_backlog(bench)
         await asyncio.to_thread(bench.system.start_workers, 1)
     bench.details["post_latency"] = {
         "breakdown_ms": breakdown(scraped_before, scraped_after),
-        "samples": {n: {"ours": len(pooled(ours, n)), "sync_baseline": len(pooled(sync, n)),
-                        "ours_worker_stopped": len(pooled(paused, n))} for n in GROUPS},
+        "samples": {
+            n: {
+                "ours": len(pooled(ours, n)),
+                "sync_baseline": len(pooled(sync, n)),
+                "ours_worker_stopped": len(pooled(paused, n)),
+            }
+            for n in GROUPS
+        },
         "samples_per_round": p.post_samples,
         "rounds": rounds,
-        "summary": {n: {"ours": stats.summary(pooled(ours, n)), "sync_baseline": stats.summary(pooled(sync, n))}
-                    for n in GROUPS},
+        "summary": {n: {"ours": stats.summary(pooled(ours, n)), "sync_baseline": stats.summary(pooled(sync, n))} for n in GROUPS},
         "ours_worker_stopped": {n: stats.summary(pooled(paused, n)) for n in GROUPS},
-        "p99_per_round": {n: {"ours": p99s(ours, n), "sync_baseline": p99s(sync, n),
-                              "ours_worker_stopped": p99s(paused, n)} for n in GROUPS},
+        "p99_per_round": {
+            n: {"ours": p99s(ours, n), "sync_baseline": p99s(sync, n), "ours_worker_stopped": p99s(paused, n)} for n in GROUPS
+        },
         "sync_concurrency": bench.best_concurrency,
         "sync_batch_rows": rows_per_batch,
         "fanout_rows": {"expected": offered, "skipped": max(0, int(offered - delivered))},
@@ -228,7 +258,8 @@ async def run(bench: Bench) -> None:
             "of the phase is in every follower's timeline, row by row — a worker's counter cannot count the rows it "
             f"writes while it shuts down), and the lag of up to {LAG_SAMPLE_PER_GROUP} of ours' A-block tweets "
             "per group is read back row by row (`WRITETIME` of the last row − the 201); those tweets waited "
-            "through the worker-stopped blocks too. One warm-up post per author and system is not counted."),
+            "through the worker-stopped blocks too. One warm-up post per author and system is not counted."
+        ),
     }
 
 
@@ -272,8 +303,10 @@ async def own_lags(bench: Bench, own: dict[str, list[tuple[str, str, float]]]) -
                 continue
             lags[n].append((max(rows.values()) / 1e6 - when) * 1000)
     if trimmed:
-        bench.notes.append(f"post latency: {trimmed} sampled tweets were no longer stored by every owner (trimmed "
-                           "to FANLINE_HOME_MAX_ROWS by newer tweets); their lag is not counted")
+        bench.notes.append(
+            f"post latency: {trimmed} sampled tweets were no longer stored by every owner (trimmed "
+            "to FANLINE_HOME_MAX_ROWS by newer tweets); their lag is not counted"
+        )
     if missing:
         bench.notes.append(f"post latency: {missing} sampled tweets were missing home rows after the drain")
     return lags
@@ -281,25 +314,36 @@ async def own_lags(bench: Bench, own: dict[str, list[tuple[str, str, float]]]) -
 
 def scrape_services(bench: Bench) -> dict[str, dict[str, float]]:
     assert bench.system is not None
-    return {name: prometheus.scrape_all(bench.system.url(name) + "/metrics")
-            for name in ("api", "tweet-store", "social-graph")}
+    return {name: prometheus.scrape_all(bench.system.url(name) + "/metrics") for name in ("api", "tweet-store", "social-graph")}
 
 
 def breakdown(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Where ours' POST time went (means from the services' own histograms)."""
     rows: list[dict[str, Any]] = []
     wanted = {
-        "api": (("fanline_http_request_duration_seconds", ('route="/v1/tweets"',)),
-                ("fanline_peer_request_duration_seconds", ('operation="create_tweet"', 'operation="authenticate"')),
-                ("fanline_kafka_produce_duration_seconds", ())),
-        "tweet-store": (("fanline_http_request_duration_seconds", ('route="/internal/tweets"',
-                                                                    'route="/internal/home/add"')),
-                        ("fanline_cassandra_statement_duration_seconds",
-                         ('statement="tweet_create"', 'statement="tweet_create_fresh"', 'statement="tweet_rows"',
-                          'statement="tweet_count"',
-                          'statement="outbox_minute', 'statement="home_add"'))),
-        "social-graph": (("fanline_http_request_duration_seconds", ('route="/internal/sessions/current"',)),
-                         ("fanline_cassandra_statement_duration_seconds", ('statement="sessions_get"',))),
+        "api": (
+            ("fanline_http_request_duration_seconds", ('route="/v1/tweets"',)),
+            ("fanline_peer_request_duration_seconds", ('operation="create_tweet"', 'operation="authenticate"')),
+            ("fanline_kafka_produce_duration_seconds", ()),
+        ),
+        "tweet-store": (
+            ("fanline_http_request_duration_seconds", ('route="/internal/tweets"', 'route="/internal/home/add"')),
+            (
+                "fanline_cassandra_statement_duration_seconds",
+                (
+                    'statement="tweet_create"',
+                    'statement="tweet_create_fresh"',
+                    'statement="tweet_rows"',
+                    'statement="tweet_count"',
+                    'statement="outbox_minute',
+                    'statement="home_add"',
+                ),
+            ),
+        ),
+        "social-graph": (
+            ("fanline_http_request_duration_seconds", ('route="/internal/sessions/current"',)),
+            ("fanline_cassandra_statement_duration_seconds", ('statement="sessions_get"',)),
+        ),
     }
     for service, metrics in wanted.items():
         for metric, filters in metrics:
@@ -316,8 +360,9 @@ async def skip_backlog(bench: Bench) -> None:
     topic = f"bench.{bench.tag}.events"
     deadline = time.monotonic() + 60
     while True:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bench.infra.kafka_bootstrap, group_id=f"bench-{bench.tag}",
-                                    enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bench.infra.kafka_bootstrap, group_id=f"bench-{bench.tag}", enable_auto_commit=False
+        )
         await consumer.start()
         try:
             tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]

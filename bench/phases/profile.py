@@ -21,8 +21,10 @@ async def run(bench: Bench) -> None:
     if profiling.py_spy() is None:
         bench.notes.append("py-spy not installed: no profile")
         return
-    say(f"profile: py-spy on {', '.join(targets)} for {p.profile_s}s while the worker drains a backlog and "
-        "the gateway serves posts and timeline reads")
+    say(
+        f"profile: py-spy on {', '.join(targets)} for {p.profile_s}s while the worker drains a backlog and "
+        "the gateway serves posts and timeline reads"
+    )
     outs = {name: bench.logs / f"profile-{name}.txt" for name in targets}
     spies = {name: profiling.start_profile(pid, p.profile_s, outs[name]) for name, pid in targets.items()}
     backlog = asyncio.create_task(bench.post_backlog(max(8, p.backlog_tweets // 2)))
@@ -30,9 +32,12 @@ async def run(bench: Bench) -> None:
     i = 0
     while time.monotonic() < stop_at:
         reader = bench.readers[i % len(bench.readers)]
-        await asyncio.gather(bench.post_ours(bench.group_author("0"), f"profile {i}"),
-                             bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
-                                            headers={"authorization": f"Bearer {bench.tokens[reader]}"}))
+        await asyncio.gather(
+            bench.post_ours(bench.group_author("0"), f"profile {i}"),
+            bench.http.get(
+                f"{bench.api}/v1/timeline", params={"limit": 20}, headers={"authorization": f"Bearer {bench.tokens[reader]}"}
+            ),
+        )
         i += 1
         await asyncio.sleep(0.05)
     await backlog
@@ -55,16 +60,19 @@ async def run(bench: Bench) -> None:
             findings.append(
                 f"**{service}**: {info['httpcore_sniffio_import_percent']:.1f} % of its samples are httpcore's "
                 "`current_async_library()` failing to `import sniffio` (not installed: anyio no longer depends "
-                "on it), which searches every `sys.path` entry on every call, several times per HTTP request.")
+                "on it), which searches every `sys.path` entry on every call, several times per HTTP request."
+            )
     bench.details["profile"] = {
-        "services": services, "findings": findings,
+        "services": services,
+        "findings": findings,
         "method": (
             f"`py-spy record --gil --rate 100 --function --format raw` attached for {p.profile_s} s to the worker, "
             "the gateway and tweet-store while one worker drained a backlog of 2,000-follower tweets and the "
             "harness posted and read timelines through the gateway. `--gil` samples only the thread holding the "
             "GIL, i.e. where the process spends its Python CPU (the driver's I/O thread in C and time waiting on "
             "sockets are not counted); 'area' is the package of the innermost Python frame (time in C "
-            "extensions called from it is attributed there)."),
+            "extensions called from it is attributed there)."
+        ),
     }
     # Let the worker finish the profile backlog before measuring anything else.
     say("  profile done")

@@ -59,10 +59,13 @@ async def run(bench: Bench) -> None:
     say(f"read path: {len(bench.home_readers)} readers with distinct follow sets; filling their timelines")
     posted = await fill_timelines(bench)
     readers = bench.home_readers
-    say(f"read path: GET /v1/timeline vs raw CQL (uncached and cached) at {p.read_rate:g}/s, "
-        f"{p.read_blocks} rounds × {len(KINDS)} blocks of {p.read_block_s:.0f}s")
-    raw = await asyncio.to_thread(driver.RawReader, bench.session, bench.tweet_ks, bench.social_ks,
-                                  cache_size=cache_size, cache_ttl_s=cache_ttl)
+    say(
+        f"read path: GET /v1/timeline vs raw CQL (uncached and cached) at {p.read_rate:g}/s, "
+        f"{p.read_blocks} rounds × {len(KINDS)} blocks of {p.read_block_s:.0f}s"
+    )
+    raw = await asyncio.to_thread(
+        driver.RawReader, bench.session, bench.tweet_ks, bench.social_ks, cache_size=cache_size, cache_ttl_s=cache_ttl
+    )
     token_hashes = {u: hashlib.sha256(bench.tokens[u].encode()).hexdigest() for u in readers}
     per_round: dict[str, list[list[float]]] = {k: [] for k in KINDS}
     short_pages = 0
@@ -72,8 +75,9 @@ async def run(bench: Bench) -> None:
     async def api_call(reader: str) -> float:
         nonlocal short_pages
         started = time.perf_counter()
-        r = await bench.http.get(f"{bench.api}/v1/timeline", params={"limit": 20},
-                                 headers={"authorization": f"Bearer {bench.tokens[reader]}"})
+        r = await bench.http.get(
+            f"{bench.api}/v1/timeline", params={"limit": 20}, headers={"authorization": f"Bearer {bench.tokens[reader]}"}
+        )
         took = (time.perf_counter() - started) * 1000
         if r.status_code != 200:
             raise BenchError(f"GET /v1/timeline: {r.status_code} {r.text[:200]}")
@@ -86,8 +90,13 @@ async def run(bench: Bench) -> None:
     async def raw_call(reader: str, kind: str) -> float:
         nonlocal raw_short_pages
         started = time.perf_counter()
-        found = await raw.page(reader.lower(), 20, token_hashes[reader] if "session" in kind else None,
-                               hydrate=kind != "slice+session", cached=kind == "raw_cached")
+        found = await raw.page(
+            reader.lower(),
+            20,
+            token_hashes[reader] if "session" in kind else None,
+            hydrate=kind != "slice+session",
+            cached=kind == "raw_cached",
+        )
         took = (time.perf_counter() - started) * 1000
         if found < 20 and kind != "slice+session":  # the baseline must read what the API returns
             raw_short_pages += 1
@@ -120,9 +129,11 @@ async def run(bench: Bench) -> None:
     for r, kind in stats.interleaved(KINDS, max(1, p.read_blocks)):
         per_round[kind].append(await block(kind))
         if kind == KINDS[-1]:
-            say(f"  round {r + 1}/{p.read_blocks}: p50 api {stats.percentile(per_round['api'][-1], 50):.2f} ms, "
+            say(
+                f"  round {r + 1}/{p.read_blocks}: p50 api {stats.percentile(per_round['api'][-1], 50):.2f} ms, "
                 f"raw {stats.percentile(per_round['raw'][-1], 50):.2f}, "
-                f"raw cached {stats.percentile(per_round['raw_cached'][-1], 50):.2f}")
+                f"raw cached {stats.percentile(per_round['raw_cached'][-1], 50):.2f}"
+            )
     scraped_after = await asyncio.to_thread(prometheus.scrape_all, metrics_url)
 
     def lookups(result: str) -> float:
@@ -139,26 +150,38 @@ async def run(bench: Bench) -> None:
     hit_ratio = round(hits / (hits + misses), 4) if hits + misses else None
     raw_lookups = raw.hits + raw.misses
     api_ms, raw_ms, cached_ms = pooled("api"), pooled("raw"), pooled("raw_cached")
-    bench.doc["timeline_read_ms"] = {"api": stats.p50_p99(api_ms, 3), "raw": stats.p50_p99(raw_ms, 3),
-                                     "rate_per_s": p.read_rate}
+    bench.doc["timeline_read_ms"] = {"api": stats.p50_p99(api_ms, 3), "raw": stats.p50_p99(raw_ms, 3), "rate_per_s": p.read_rate}
     bench.doc.setdefault("fair", {})["timeline_read_ms"] = {
-        "api": stats.p50_p99(api_ms, 3), "raw_cached": stats.p50_p99(cached_ms, 3),
-        "raw_uncached": stats.p50_p99(raw_ms, 3), "rate_per_s": p.read_rate}
+        "api": stats.p50_p99(api_ms, 3),
+        "raw_cached": stats.p50_p99(cached_ms, 3),
+        "raw_uncached": stats.p50_p99(raw_ms, 3),
+        "rate_per_s": p.read_rate,
+    }
     samples = [len(b) for k in ("api", "raw", "raw_cached") for b in per_round[k]]
     ratios = bench.doc.setdefault("ratios", {})
     ratios["read_p50_vs_raw_cached"] = stats.repeated_ratio(p50s("api"), p50s("raw_cached"), samples)
     ratios["read_p50_vs_raw_uncached"] = stats.repeated_ratio(p50s("api"), p50s("raw"), samples)
     bench.details["timeline_read"] = {
-        "api_n": len(api_ms), "raw_n": len(raw_ms), "raw_cached_n": len(cached_ms),
-        "api": stats.summary(api_ms, 3), "raw": stats.summary(raw_ms, 3), "raw_cached": stats.summary(cached_ms, 3),
+        "api_n": len(api_ms),
+        "raw_n": len(raw_ms),
+        "raw_cached_n": len(cached_ms),
+        "api": stats.summary(api_ms, 3),
+        "raw": stats.summary(raw_ms, 3),
+        "raw_cached": stats.summary(cached_ms, 3),
         "raw_with_session": stats.summary(pooled("raw+session"), 3),
         "raw_slice_with_session": stats.summary(pooled("slice+session"), 3),
         "tweet_cache": {"hits": int(hits), "misses": int(misses), "hit_ratio": hit_ratio},
-        "raw_cache": {"hits": raw.hits, "misses": raw.misses,
-                      "hit_ratio": round(raw.hits / raw_lookups, 4) if raw_lookups else None,
-                      "size": cache_size, "ttl_s": cache_ttl},
-        "readers": len(readers), "distinct_follow_sets": len({tuple(v) for v in bench.follow_sets.values()}),
-        "distinct_pages_seen": len(distinct_pages), "tweets_posted": posted,
+        "raw_cache": {
+            "hits": raw.hits,
+            "misses": raw.misses,
+            "hit_ratio": round(raw.hits / raw_lookups, 4) if raw_lookups else None,
+            "size": cache_size,
+            "ttl_s": cache_ttl,
+        },
+        "readers": len(readers),
+        "distinct_follow_sets": len({tuple(v) for v in bench.follow_sets.values()}),
+        "distinct_pages_seen": len(distinct_pages),
+        "tweets_posted": posted,
         "short_pages": short_pages,
         "raw_short_pages": raw_short_pages,
         "method": (
@@ -178,12 +201,15 @@ async def run(bench: Bench) -> None:
             "authentication also costs, and only the session lookup and the slice. The five run in "
             f"alternating blocks ({p.read_blocks} rounds: api, raw, raw cached, raw + session, session + slice, "
             "then again), and each round gives one api ÷ raw p50 ratio per baseline, reported as median with "
-            "min-max; each request's latency is measured from its actual start."),
+            "min-max; each request's latency is measured from its actual start."
+        ),
     }
     if short_pages:
         bench.notes.append(f"read path: {short_pages} timeline pages had fewer than 20 items")
     if raw_short_pages:
         bench.notes.append(f"read path: {raw_short_pages} raw CQL pages found fewer than 20 tweets")
     if short_pages + raw_short_pages > 0.05 * (len(api_ms) + len(raw_ms) + len(cached_ms)):
-        raise BenchError(f"read path: {short_pages} API and {raw_short_pages} raw pages were short of 20 "
-                         "tweets; the readers' home timelines are not filled")
+        raise BenchError(
+            f"read path: {short_pages} API and {raw_short_pages} raw pages were short of 20 "
+            "tweets; the readers' home timelines are not filled"
+        )

@@ -21,14 +21,22 @@ async def run(bench: Bench) -> None:
     assert bench.system is not None
     seeded = await workload.seeded(bench)
     bench.details.setdefault("compactions_settled", {})["saturation"] = await quiesce.settle_compactions(
-        bench.session, "saturation")
+        bench.session, "saturation"
+    )
     target = workload.target_of(bench.system)
     rates = openloop.saturation_rates(p.sat_start, p.sat_factor, p.sat_steps)
     say(f"saturation: {', '.join(f'{r:g}' for r in rates)} requests/s, {p.sat_step_s:g}s each, until one does not hold")
     steps = []
     for rate in rates:
-        step = await asyncio.to_thread(workload.run_step, target, seeded, rate, p.sat_step_s, bench.tmp / "saturation",
-                                       random.Random(f"{bench.tag}-sat-{rate}"))
+        step = await asyncio.to_thread(
+            workload.run_step,
+            target,
+            seeded,
+            rate,
+            p.sat_step_s,
+            bench.tmp / "saturation",
+            random.Random(f"{bench.tag}-sat-{rate}"),
+        )
         held, why = openloop.step_held(step["client"], step["delivery_lag_ms"]["p99"], rate)
         steps.append({**step, "held": held, "verdict": why})
         say(f"  {rate:g}/s: {why}")
@@ -40,7 +48,8 @@ async def run(bench: Bench) -> None:
         "capacity_per_s": cap,
         "capacity_accepted_p99_ms": at_cap["client"]["total"]["accepted_ms"]["p99"] if at_cap else None,
         "capacity_post_p99_ms": (at_cap["client"]["routes"].get("post") or {}).get("accepted_ms", {}).get("p99")
-        if at_cap else None,
+        if at_cap
+        else None,
         "steps": steps,
         "bounds": {"post_p99_ms": openloop.POST_P99_BOUND_MS, "lag_p99_ms": openloop.LAG_P99_BOUND_MS},
         "method": workload.method_note(),

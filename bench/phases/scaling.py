@@ -60,8 +60,10 @@ async def run(bench: Bench) -> None:
     for label, count in order:
         if count == 1:
             ceilings.append(await ceiling.measure_ceiling(bench, f"before one-worker {label}"))
-        say(f"scaling: {count} worker(s): stopping workers, posting a backlog of {p.backlog_tweets} tweets "
-            f"× {p.backlog_followers:,} followers")
+        say(
+            f"scaling: {count} worker(s): stopping workers, posting a backlog of {p.backlog_tweets} tweets "
+            f"× {p.backlog_followers:,} followers"
+        )
         await asyncio.to_thread(bench.system.stop_workers)
         posted = await bench.post_backlog(p.backlog_tweets)
         expected = p.backlog_tweets * (p.backlog_followers + 1)
@@ -79,8 +81,11 @@ async def run(bench: Bench) -> None:
         done = series[-1][0]
         rate = 0.8 * expected / (t90 - t10) if t10 is not None and t90 is not None and t90 > t10 else None
         runs[label] = {
-            "rows": int(series[-1][1]), "expected_rows": expected, "rows_per_s_10_90": rate and round(rate, 1),
-            "drain_s": round(done - (first or started), 2), "start_to_first_row_s": round((first or started) - started, 2),
+            "rows": int(series[-1][1]),
+            "expected_rows": expected,
+            "rows_per_s_10_90": rate and round(rate, 1),
+            "drain_s": round(done - (first or started), 2),
+            "start_to_first_row_s": round((first or started) - started, 2),
             "verified_sample": verified,
         }
         if count == 1:
@@ -89,8 +94,10 @@ async def run(bench: Bench) -> None:
             bench.doc["scaling_rows_per_s"][str(count)] = round(rate, 1)
         say(f"  {count} worker(s): {rate or 0:,.0f} rows/s (10-90 % window), drained in {done - (first or started):.1f}s")
         if not verified:
-            bench.notes.append(f"scaling with {count} worker(s): a sampled tweet was not in every follower's "
-                               "timeline after the counter reached the expected rows")
+            bench.notes.append(
+                f"scaling with {count} worker(s): a sampled tweet was not in every follower's "
+                "timeline after the counter reached the expected rows"
+            )
     bench.doc["scaling_rows_per_s"]["cores"] = os.cpu_count()
     bench.doc["scaling_rows_per_s"]["1"] = stats.spread(one_worker, 1)["median"]
     bench.doc["fanout_rows_per_s"]["worker"] = bench.doc["scaling_rows_per_s"]["1"]
@@ -116,7 +123,8 @@ async def run(bench: Bench) -> None:
         "below, into an identical table in the baseline's keyspace. The ceiling is measured right before each "
         f"of the {p.repeats} one-worker drains (ceiling, worker, ceiling, worker, …), and the worker ÷ ceiling "
         "ratio is taken round by round and reported as median with min-max; the worker's and the ceiling's "
-        "figures are the medians of their runs. The 2- and 4-worker runs follow.")
+        "figures are the medians of their runs. The 2- and 4-worker runs follow."
+    )
     await asyncio.to_thread(bench.system.stop_workers)
     say("scaling done; back to one worker")
     await asyncio.to_thread(bench.system.start_workers, 1)

@@ -53,8 +53,7 @@ class StreamPlan:
 
 async def run(bench: Bench) -> None:
     p = bench.plan
-    plan = StreamPlan(streams=p.streams, rate_per_s=p.stream_rate, duration_s=p.stream_duration_s,
-                      idle_s=p.stream_idle_s)
+    plan = StreamPlan(streams=p.streams, rate_per_s=p.stream_rate, duration_s=p.stream_duration_s, idle_s=p.stream_idle_s)
     assert bench.system is not None
     started, load_before = datetime.now(UTC), os.getloadavg()[0]
     result = await measure(bench.api, bench.system.procs["api"].pid, plan, bench.tag)
@@ -105,9 +104,18 @@ class Readers:
         """Start the processes and wait until every stream answered 200;
         the readers and the seconds that took."""
         started = time.monotonic()
-        procs = [await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.stream_reader", cwd=REPO, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, limit=1 << 28) for _ in range(count)]
+        procs = [
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bench.stream_reader",
+                cwd=REPO,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                limit=1 << 28,
+            )
+            for _ in range(count)
+        ]
         readers = cls(procs)
         try:
             for k, proc in enumerate(procs):
@@ -188,10 +196,10 @@ def _max_gap_s(comments: list[list[float]], t0: float, t1: float) -> float | Non
     return round(max(gaps), 2) if gaps else None
 
 
-async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
-                  log: Callable[[str], None] = say) -> dict[str, Any]:
+async def measure(api: str, pid: int, plan: StreamPlan, tag: str, log: Callable[[str], None] = say) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as http:
+
         async def sign_up(name: str) -> str:
             r = await http.post(f"{api}/v1/users", json={"username": name, "password": PASSWORD})
             if r.status != 201:
@@ -215,8 +223,10 @@ async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
         owner_tokens = await limited([sign_up(o) for o in owners])
 
         async def follow(i: int) -> None:
-            r = await http.put(f"{api}/v1/users/{owners[i]}/following/{authors[i % plan.authors]}",
-                               headers={"Authorization": f"Bearer {owner_tokens[i]}"})
+            r = await http.put(
+                f"{api}/v1/users/{owners[i]}/following/{authors[i % plan.authors]}",
+                headers={"Authorization": f"Bearer {owner_tokens[i]}"},
+            )
             if r.status != 204:
                 raise BenchError(f"follow: {r.status}")
 
@@ -241,8 +251,7 @@ async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
             rss_idle = _rss_kib(pid)
 
             total = int(plan.rate_per_s * plan.duration_s)
-            log(f"streams: posting {total} tweets at {plan.rate_per_s:g}/s, each to ~{plan.streams // plan.authors} "
-                "streams")
+            log(f"streams: posting {total} tweets at {plan.rate_per_s:g}/s, each to ~{plan.streams // plan.authors} streams")
             answered: dict[str, tuple[float, str]] = {}
             begin = time.monotonic() + 0.2
 
@@ -251,8 +260,11 @@ async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
                 if delay > 0:
                     await asyncio.sleep(delay)
                 author = authors[k % plan.authors]
-                r = await http.post(f"{api}/v1/tweets", json={"body": f"live {k} {uuid.uuid4().hex[:6]}"},
-                                    headers={"Authorization": f"Bearer {author_tokens[author]}"})
+                r = await http.post(
+                    f"{api}/v1/tweets",
+                    json={"body": f"live {k} {uuid.uuid4().hex[:6]}"},
+                    headers={"Authorization": f"Bearer {author_tokens[author]}"},
+                )
                 done = time.time()
                 if r.status != 201:
                     raise BenchError(f"post: {r.status}")
@@ -296,22 +308,25 @@ async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
         "plan": asdict(plan),
         "deliveries": {"expected": expected, "received": len(latencies), "before_the_201": early},
         "latency_summary_ms": stats.summary(latencies, 1),
-        "gateway_rss_kib": {"before": rss_before, "streams_open": rss_open, "after_idle": rss_idle,
-                            "after_posting": rss_after},
-        "gateway_cpu_per_s": {"idle_without_streams": round(cpu_without, 4),
-                              "idle_with_streams": round(cpu_idle["gateway"], 4),
-                              "posting": round(cpu_posting["gateway"], 4)},
+        "gateway_rss_kib": {"before": rss_before, "streams_open": rss_open, "after_idle": rss_idle, "after_posting": rss_after},
+        "gateway_cpu_per_s": {
+            "idle_without_streams": round(cpu_without, 4),
+            "idle_with_streams": round(cpu_idle["gateway"], 4),
+            "posting": round(cpu_posting["gateway"], 4),
+        },
         "heartbeats": {
             "received_in_idle_window": heartbeats,
             "expected_in_idle_window": round(plan.streams * (idle_t1 - idle_t0) / plan.heartbeat_s),
-            "gateway_cpu_us_per_heartbeat": round(idle_cpu * (idle_t1 - idle_t0) / heartbeats * 1e6, 1)
-            if heartbeats else None,
+            "gateway_cpu_us_per_heartbeat": round(idle_cpu * (idle_t1 - idle_t0) / heartbeats * 1e6, 1) if heartbeats else None,
             "longest_wait_s": _max_gap_s(rep["comments"], idle_t0, idle_t1),
         },
-        "clients": {"processes": plan.readers,
-                    "cpu_per_s": {"idle": round(cpu_idle["clients"], 4), "posting": round(cpu_posting["clients"], 4)},
-                    "loop_lag_ms": rep["loop_lag_ms"],
-                    "streams_ended_early": len(rep["ended"]), "first_errors": rep["ended"][:3]},
+        "clients": {
+            "processes": plan.readers,
+            "cpu_per_s": {"idle": round(cpu_idle["clients"], 4), "posting": round(cpu_posting["clients"], 4)},
+            "loop_lag_ms": rep["loop_lag_ms"],
+            "streams_ended_early": len(rep["ended"]),
+            "first_errors": rep["ended"][:3],
+        },
         "open_seconds": round(open_s, 1),
         "method": (
             f"{plan.streams} accounts each open one home stream (`GET /v1/streaming/home`) on a single gateway "
@@ -328,7 +343,8 @@ async def measure(api: str, pid: int, plan: StreamPlan, tag: str,
             f"streams were opened, with a heartbeat every {plan.heartbeat_s:g} s (`FANLINE_STREAM_HEARTBEAT_S`, "
             "default 15 s); the clients count the comment lines that arrived in that window, which gives the "
             "gateway's CPU per heartbeat and the longest wait for one. The client processes' own CPU and "
-            "event-loop lag are reported to show they were not the bottleneck."),
+            "event-loop lag are reported to show they were not the bottleneck."
+        ),
     }
     return {"summary": summary, "details": details}
 
@@ -345,8 +361,15 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=2, help="client processes")
     parser.add_argument("--heartbeat", type=float, default=12.0, help="the gateway's FANLINE_STREAM_HEARTBEAT_S")
     args = parser.parse_args()
-    plan = StreamPlan(streams=args.streams, authors=args.authors, rate_per_s=args.rate, duration_s=args.duration,
-                      idle_s=args.idle, readers=args.readers, heartbeat_s=args.heartbeat)
+    plan = StreamPlan(
+        streams=args.streams,
+        authors=args.authors,
+        rate_per_s=args.rate,
+        duration_s=args.duration,
+        idle_s=args.idle,
+        readers=args.readers,
+        heartbeat_s=args.heartbeat,
+    )
     result = asyncio.run(measure(args.api, args.pid, plan, uuid.uuid4().hex[:4]))
     print(json.dumps(result, indent=2))
 

@@ -94,8 +94,7 @@ class System:
     log_dir: Path | None = None
     python: str = sys.executable
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    internal_token: str = field(
-        default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
+    internal_token: str = field(default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
     # Background work at a lower CPU priority (docs/operations.md, "Background
     # work and CPU priority"): ``fanout_replica`` starts a social-graph and a
     # tweet-store replica (``social-graph-fanout``, ``tweet-store-fanout`` on
@@ -181,8 +180,12 @@ class System:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
         self.procs[name] = subprocess.Popen(
-            argv, env={**self.env(), **self.role_env(name), **(env or {})}, cwd=REPO, stdout=out,
-            stderr=subprocess.STDOUT if out else None, preexec_fn=child_setup(self.nice_of(name)),
+            argv,
+            env={**self.env(), **self.role_env(name), **(env or {})},
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            preexec_fn=child_setup(self.nice_of(name)),
         )
         if out is not None:
             os.close(out)
@@ -191,8 +194,7 @@ class System:
         if self.kafka_bootstrap is not None:
             return
         listener = f"tcp://127.0.0.1:{self.broker_port}"
-        self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener,
-                               "--advertised-listener-url", listener])
+        self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener])
         _wait_tcp("127.0.0.1", self.broker_port, 30)
 
     def stop_broker(self) -> None:
@@ -215,8 +217,7 @@ class System:
         """Another gateway process with the same settings on its own port (a
         second replica behind a load balancer); stopped with the rest."""
         name = f"api-{index}"
-        self._spawn(name, [self.python, "-m", MODULES["api"]],
-                    {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]})
+        self._spawn(name, [self.python, "-m", MODULES["api"]], {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]})
         deadline = time.monotonic() + timeout
         while not _http_ok(self.replica_url(index) + "/readyz"):
             proc = self.procs[name]
@@ -232,9 +233,14 @@ class System:
         consumer group, with its own metrics port (worker port + 100 * index)
         and faust state directory; stopped with the rest. Returns its name."""
         name = f"fanout-worker-{index + 1}"
-        self._spawn(name, [self.python, "-m", MODULES["fanout-worker"]],
-                    {"FANLINE_WORKER_PORT": str(self.ports["fanout-worker"] + 100 * index),
-                     "FANLINE_DATA_DIR": str(self.data_dir / f"worker-{index + 1}")})
+        self._spawn(
+            name,
+            [self.python, "-m", MODULES["fanout-worker"]],
+            {
+                "FANLINE_WORKER_PORT": str(self.ports["fanout-worker"] + 100 * index),
+                "FANLINE_DATA_DIR": str(self.data_dir / f"worker-{index + 1}"),
+            },
+        )
         return name
 
     def stop_service(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
@@ -294,8 +300,7 @@ class System:
         """Stop the front (api, worker) first, then the rest, each group in
         parallel; anything still alive after ``timeout`` gets SIGKILL."""
         replicas = tuple(name for name in self.procs if name.startswith("api-"))
-        for group in (("api", "fanout-worker", *replicas),
-                      ("tweet-store", "social-graph", *FANOUT_REPLICAS, "broker")):
+        for group in (("api", "fanout-worker", *replicas), ("tweet-store", "social-graph", *FANOUT_REPLICAS, "broker")):
             procs = {name: self.procs.pop(name) for name in group if name in self.procs}
             for proc in procs.values():
                 if proc.poll() is None:
@@ -344,17 +349,30 @@ def _wait_tcp(host: str, port: int, timeout: float) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--real", action="store_true",
-                        help="use the real Cassandra and Kafka started by `make infra-up`")
+    parser.add_argument("--real", action="store_true", help="use the real Cassandra and Kafka started by `make infra-up`")
     parser.add_argument("--data-dir", default=os.environ.get("FANLINE_DATA_DIR", str(REPO / ".data")))
-    parser.add_argument("--base-port", type=int, default=8000,
-                        help="api, social-graph, tweet-store and worker listen on this port and the next three")
-    parser.add_argument("--api-replicas", type=int, default=1,
-                        help="gateway processes (the extra ones listen on base+6, base+7, ...)")
-    parser.add_argument("--fanout-replica", action="store_true",
-                        help="a social-graph and a tweet-store replica (base+4, base+5) only the fan-out worker calls")
-    parser.add_argument("--background-nice", type=int, default=0, choices=range(0, 20), metavar="0-19",
-                        help="CPU niceness of the fan-out worker and its replica (default 0)")
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        default=8000,
+        help="api, social-graph, tweet-store and worker listen on this port and the next three",
+    )
+    parser.add_argument(
+        "--api-replicas", type=int, default=1, help="gateway processes (the extra ones listen on base+6, base+7, ...)"
+    )
+    parser.add_argument(
+        "--fanout-replica",
+        action="store_true",
+        help="a social-graph and a tweet-store replica (base+4, base+5) only the fan-out worker calls",
+    )
+    parser.add_argument(
+        "--background-nice",
+        type=int,
+        default=0,
+        choices=range(0, 20),
+        metavar="0-19",
+        help="CPU niceness of the fan-out worker and its replica (default 0)",
+    )
     args = parser.parse_args()
     # On a terminal readable lines beat JSON; FANLINE_LOG_FORMAT=json keeps JSON.
     console = {"FANLINE_LOG_FORMAT": os.environ.get("FANLINE_LOG_FORMAT", "console")}
@@ -366,13 +384,15 @@ def main() -> int:
             backend="cassandra",
             kafka_bootstrap=os.environ.get("FANLINE_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
             extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true"), **console},
-            fanout_replica=args.fanout_replica, background_nice=args.background_nice,
+            fanout_replica=args.fanout_replica,
+            background_nice=args.background_nice,
         )
     else:
         if args.fanout_replica:
             parser.error("--fanout-replica needs --real (the embedded SQLite stores are not shared between processes)")
-        system = System(data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console,
-                        background_nice=args.background_nice)
+        system = System(
+            data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console, background_nice=args.background_nice
+        )
 
     stopping = False
 
@@ -396,8 +416,7 @@ def main() -> int:
         for url in extra:
             print(f"  API replica     {url}")
         print(f"  OpenAPI         {system.url('api')}/openapi.json")
-        for name in ("social-graph", "tweet-store", *(FANOUT_REPLICAS if system.fanout_replica else ()),
-                     "fanout-worker"):
+        for name in ("social-graph", "tweet-store", *(FANOUT_REPLICAS if system.fanout_replica else ()), "fanout-worker"):
             nice = f", nice {system.nice_of(name)}" if system.nice_of(name) else ""
             print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics{nice})")
         print(f"  data            {system.data_dir}")

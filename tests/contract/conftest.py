@@ -45,8 +45,6 @@ def clock() -> Clock:
     return Clock()
 
 
-
-
 class CassandraModuleStores:
     """Storages over this module's keyspaces, created on first use."""
 
@@ -109,8 +107,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture(scope="module")
-async def _cassandra_stores(real_infra: Any, tmp_path_factory: pytest.TempPathFactory
-                            ) -> AsyncIterator[CassandraModuleStores]:
+async def _cassandra_stores(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[CassandraModuleStores]:
     stores = CassandraModuleStores(real_infra, tmp_path_factory.mktemp("cassandra"))
     try:
         yield stores

@@ -68,9 +68,15 @@ class Clock:
 TweetStoreFactory = Callable[..., Awaitable[TweetStoreStorage]]
 
 
-def tweet_store_service(storage: TweetStoreStorage, *, retention_s: int, idempotency_ttl_s: int = 3600,
-                        merge_count: int = 50, max_rows: int = 800,
-                        following: Callable[[str], Awaitable[list[str]]] | None = None) -> Any:
+def tweet_store_service(
+    storage: TweetStoreStorage,
+    *,
+    retention_s: int,
+    idempotency_ttl_s: int = 3600,
+    merge_count: int = 50,
+    max_rows: int = 800,
+    following: Callable[[str], Awaitable[list[str]]] | None = None,
+) -> Any:
     """tweet-store's service layer over ``storage``, as its app composes it
     (whom a reader follows: ``following``, default nobody)."""
     from fanline_tweet_store.cap import HomeCap
@@ -81,9 +87,15 @@ def tweet_store_service(storage: TweetStoreStorage, *, retention_s: int, idempot
     async def nobody(_: str) -> list[str]:
         return []
 
-    hybrid = HybridHome(storage.home, storage.tweets, storage.large, following or nobody, retention_s=retention_s,
-                        policy=HybridPolicy())
-    return TweetStore(storage, retention_s=retention_s, idempotency_ttl_s=idempotency_ttl_s, merge_count=merge_count,
-                      hybrid=hybrid, cap=HomeCap(storage.home, max_rows),
-                      regenerator=Regenerator(storage.home, storage.tweets, hybrid.following, retention_s=retention_s,
-                                              max_rows=max_rows))
+    hybrid = HybridHome(
+        storage.home, storage.tweets, storage.large, following or nobody, retention_s=retention_s, policy=HybridPolicy()
+    )
+    return TweetStore(
+        storage,
+        retention_s=retention_s,
+        idempotency_ttl_s=idempotency_ttl_s,
+        merge_count=merge_count,
+        hybrid=hybrid,
+        cap=HomeCap(storage.home, max_rows),
+        regenerator=Regenerator(storage.home, storage.tweets, hybrid.following, retention_s=retention_s, max_rows=max_rows),
+    )

@@ -42,8 +42,7 @@ async def test_active_followers_are_paged_by_name_and_expire(social_graph: Socia
     assert fans[4] in [e.username for e in await social_graph.activity.active_followers(star, 10, None)]
 
 
-async def test_regeneration_claims_are_exclusive_until_released_or_expired(tweet_store: TweetStoreStorage,
-                                                                           names: Names) -> None:
+async def test_regeneration_claims_are_exclusive_until_released_or_expired(tweet_store: TweetStoreStorage, names: Names) -> None:
     owner = names.user()
     claims = await asyncio.gather(*(tweet_store.home.claim_regeneration(owner, 60) for _ in range(5)))
     assert sorted(claims) == [False, False, False, False, True]

@@ -24,12 +24,10 @@ pytestmark = pytest.mark.real_infra
 
 @pytest.fixture(scope="module")
 async def session(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Session]:
-    settings = storage_settings("cassandra", data_dir=tmp_path_factory.mktemp("bridge"), prefix="unused",
-                                cassandra=real_infra)
+    settings = storage_settings("cassandra", data_dir=tmp_path_factory.mktemp("bridge"), prefix="unused", cassandra=real_infra)
     s = await fc.open_session(settings)
     keyspace = f"t_{secrets.token_hex(4)}_bridge"
-    await fc.migrate(s, keyspace, 1, ["CREATE TABLE IF NOT EXISTS {keyspace}.kv (k int, c int, v text, "
-                                      "PRIMARY KEY (k, c))"])
+    await fc.migrate(s, keyspace, 1, ["CREATE TABLE IF NOT EXISTS {keyspace}.kv (k int, c int, v text, PRIMARY KEY (k, c))"])
     s.set_keyspace(keyspace)
     try:
         yield s
@@ -42,8 +40,7 @@ async def test_execute_concurrent_returns_results_in_order(session: Session) -> 
     insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
     await fc.execute_concurrent(session, insert, [(1, i, f"v{i}") for i in range(500)], name="t", concurrency=50)
-    results = await fc.execute_concurrent(session, select, [(1, i) for i in reversed(range(500))], name="t",
-                                          concurrency=7)
+    results = await fc.execute_concurrent(session, select, [(1, i) for i in reversed(range(500))], name="t", concurrency=7)
     assert [rows[0].v for rows in results] == [f"v{i}" for i in reversed(range(500))]
     assert await fc.execute_concurrent(session, select, [], name="t") == []
 
@@ -58,8 +55,7 @@ async def test_execute_fetches_every_page_off_the_loop(session: Session) -> None
 
 
 async def test_lwt_reports_applied_and_existing_row(session: Session) -> None:
-    lwt = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) IF NOT EXISTS", write=True,
-                     idempotent=False)
+    lwt = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) IF NOT EXISTS", write=True, idempotent=False)
     assert (await fc.execute_lwt(session, lwt, (3, 0, "first"), name="t"))[0] is True
     applied, row = await fc.execute_lwt(session, lwt, (3, 0, "second"), name="t")
     assert applied is False and row is not None and row.v == "first"
@@ -111,7 +107,8 @@ async def test_connects_with_the_configured_protocol(real_infra: Any, tmp_path: 
 async def test_cancelled_fan_out_stops(session: Session) -> None:
     insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     task = asyncio.create_task(
-        fc.execute_concurrent(session, insert, [(5, i, "x") for i in range(20_000)], name="t", concurrency=2))
+        fc.execute_concurrent(session, insert, [(5, i, "x") for i in range(20_000)], name="t", concurrency=2)
+    )
     await asyncio.sleep(0.05)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -180,7 +177,8 @@ def _server_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 @pytest.mark.parametrize(("rows", "warned"), [(10, False), (11, True)])
 async def test_replica_batches_write_every_row_under_the_warning_threshold(
-        session: Session, caplog: pytest.LogCaptureFixture, rows: int, warned: bool) -> None:
+    session: Session, caplog: pytest.LogCaptureFixture, rows: int, warned: bool
+) -> None:
     """10 partitions per batch is the node's default warning threshold: the
     default batch size stays silent, one more row makes the node warn (which
     shows this test can see the warning)."""

@@ -39,8 +39,7 @@ async def test_follow_is_idempotent_and_counts_move_once(social_graph: SocialGra
     assert counts == {a.lower(): (0, 1), b.lower(): (1, 0)}
 
 
-async def test_unfollow_is_idempotent_and_counts_return_to_zero(social_graph: SocialGraphStorage,
-                                                                names: Names) -> None:
+async def test_unfollow_is_idempotent_and_counts_return_to_zero(social_graph: SocialGraphStorage, names: Names) -> None:
     a, b = names.user("Ua"), names.user("Ub")
     await follow(social_graph, a, b)
     assert await unfollow(social_graph, a, b) is True
@@ -51,8 +50,7 @@ async def test_unfollow_is_idempotent_and_counts_return_to_zero(social_graph: So
     assert await social_graph.follows.followers(b, 10, None) == []
 
 
-async def test_unfollow_never_followed_is_false_and_counts_never_negative(social_graph: SocialGraphStorage,
-                                                                          names: Names) -> None:
+async def test_unfollow_never_followed_is_false_and_counts_never_negative(social_graph: SocialGraphStorage, names: Names) -> None:
     a, b = names.user(), names.user()
     assert await unfollow(social_graph, a, b) is False
     assert await social_graph.follows.counts([a, b]) == {a.lower(): (0, 0), b.lower(): (0, 0)}
@@ -93,8 +91,9 @@ async def test_edges_carry_display_name_and_since(social_graph: SocialGraphStora
 
 @pytest.mark.parametrize("page_size", [1, 7, 25, 100], ids=lambda n: f"page-{n}")
 @pytest.mark.parametrize("direction", ["following", "followers"])
-async def test_paging_by_name_has_no_gaps_or_repeats(social_graph: SocialGraphStorage, names: Names,
-                                                     direction: str, page_size: int) -> None:
+async def test_paging_by_name_has_no_gaps_or_repeats(
+    social_graph: SocialGraphStorage, names: Names, direction: str, page_size: int
+) -> None:
     hub = names.user("Hub")
     others = [names.user(random.choice(["A", "b", "C", "d"])) for _ in range(25)]
     random.shuffle(others)

@@ -38,7 +38,8 @@ async def pending_ids(storage: SocialGraphStorage) -> set[object]:
 
 
 async def test_follow_dying_after_its_edge_has_its_event_and_the_event_repairs_it(
-        backend: Backend, social_graph: SocialGraphStorage, names: Names, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, social_graph: SocialGraphStorage, names: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a, b = names.user("Ca"), names.user("Cb")
     event = events.followed(a, b)
     die_after_the_edge(monkeypatch, backend, social_graph)
@@ -57,7 +58,8 @@ async def test_follow_dying_after_its_edge_has_its_event_and_the_event_repairs_i
 
 
 async def test_unfollow_dying_after_its_edge_has_its_event_and_the_event_repairs_it(
-        backend: Backend, social_graph: SocialGraphStorage, names: Names, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend: Backend, social_graph: SocialGraphStorage, names: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a, b = names.user("Ua"), names.user("Ub")
     assert await social_graph.follows.follow(a, b, utcnow(), events.followed(a, b))
     event = events.unfollowed(a, b)

@@ -28,8 +28,7 @@ async def test_window_of_an_untrimmed_timeline_has_no_horizon(tweet_store: Tweet
     assert (await tweet_store.home.window(names.user(), 3, None)) == ([], None)
 
 
-async def test_trim_keeps_the_newest_rows_and_sets_the_horizon(tweet_store: TweetStoreStorage,
-                                                               names: Names) -> None:
+async def test_trim_keeps_the_newest_rows_and_sets_the_horizon(tweet_store: TweetStoreStorage, names: Names) -> None:
     owner, author = names.user(), names.user()
     ids = newest_first(recent_ids(25))
     await _fill(tweet_store, owner, ids, author)
@@ -87,8 +86,9 @@ async def test_large_account_registration_expires(tweet_store: TweetStoreStorage
 
 
 @pytest.mark.parametrize("backend", ["cassandra"], indirect=True)
-async def test_trims_leave_at_most_one_range_tombstone_in_a_page(backend: object, tweet_store: TweetStoreStorage,
-                                                                 names: Names) -> None:
+async def test_trims_leave_at_most_one_range_tombstone_in_a_page(
+    backend: object, tweet_store: TweetStoreStorage, names: Names
+) -> None:
     """Cassandra only (SQLite deletes rows): after many trims, a page reads
     at most the two bounds of one range tombstone, not a tombstone per row —
     measured with query tracing, as an operator would."""
@@ -108,15 +108,16 @@ async def test_trims_leave_at_most_one_range_tombstone_in_a_page(backend: object
         trims += await tweet_store.home.trim(owner, 100) is not None
     assert trims >= 18
     session = tweet_store.engine.session  # type: ignore[attr-defined]
-    statement = session.prepare(f"SELECT tweet_id FROM {tweet_store.engine.name}.home_timeline "  # type: ignore[attr-defined]
-                                "WHERE owner_lc = ? AND tweet_id < ? LIMIT 21")
+    statement = session.prepare(
+        f"SELECT tweet_id FROM {tweet_store.engine.name}.home_timeline "  # type: ignore[attr-defined]
+        "WHERE owner_lc = ? AND tweet_id < ? LIMIT 21"
+    )
     newest = newest_first(ids)
 
     def tombstones(before: uuid.UUID) -> int:
         result = session.execute(statement, (owner.lower(), before), trace=True)
         trace = result.get_query_trace(max_wait_sec=10)
-        return sum(int(m.group(1)) for e in trace.events
-                   if (m := re.search(r"and (\d+) tombstone cells", e.description)))
+        return sum(int(m.group(1)) for e in trace.events if (m := re.search(r"and (\d+) tombstone cells", e.description)))
 
-    assert await asyncio.to_thread(tombstones, newest[0]) == 0     # a first page: none
-    assert await asyncio.to_thread(tombstones, newest[90]) <= 2    # the last stored page: one range's bounds
+    assert await asyncio.to_thread(tombstones, newest[0]) == 0  # a first page: none
+    assert await asyncio.to_thread(tombstones, newest[90]) <= 2  # the last stored page: one range's bounds

@@ -46,8 +46,7 @@ async def test_large_fan_out(tweet_store: TweetStoreStorage, names: Names) -> No
     assert all(s == [tid] for s in slices)
 
 
-async def test_add_many_orders_newest_first_without_duplicates(tweet_store: TweetStoreStorage,
-                                                               names: Names) -> None:
+async def test_add_many_orders_newest_first_without_duplicates(tweet_store: TweetStoreStorage, names: Names) -> None:
     owner, author = names.user(), names.user()
     ids = recent_ids(12)
     entries = [(i, author) for i in ids]

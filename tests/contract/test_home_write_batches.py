@@ -25,17 +25,22 @@ pytestmark = pytest.mark.real_infra
 
 
 @pytest.fixture
-async def paced(real_infra: Any, tmp_path: Path, request: pytest.FixtureRequest
-                ) -> AsyncIterator[tuple[TweetStoreStorage, list[tuple[int, float]]]]:
+async def paced(
+    real_infra: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[TweetStoreStorage, list[tuple[int, float]]]]:
     calls: list[tuple[int, float]] = []
 
     async def pace(rows: int, elapsed_s: float) -> None:
         calls.append((rows, elapsed_s))
 
-    settings = storage_settings("cassandra", data_dir=tmp_path, prefix=f"t_{secrets.token_hex(4)}",
-                                cassandra=real_infra)
-    storage = build_storage(settings, home_retention_s=DEFAULT_RETENTION_S, home_write_window=3,
-                            home_write_batch_rows=request.param, home_write_pace=pace)
+    settings = storage_settings("cassandra", data_dir=tmp_path, prefix=f"t_{secrets.token_hex(4)}", cassandra=real_infra)
+    storage = build_storage(
+        settings,
+        home_retention_s=DEFAULT_RETENTION_S,
+        home_write_window=3,
+        home_write_batch_rows=request.param,
+        home_write_pace=pace,
+    )
     await storage.start()
     try:
         yield storage, calls
@@ -49,10 +54,12 @@ async def paced(real_infra: Any, tmp_path: Path, request: pytest.FixtureRequest
 # 437 rows in batches of 10 = 44 requests, paced every 16: 160 + 160 + 117
 # rows; then 200 removals = 20 requests: 160 + 40. Single-row inserts are
 # governed by the window alone, as before batching: no pace calls.
-@pytest.mark.parametrize(("paced", "paced_rows"), [(10, [160, 160, 117, 160, 40]), (1, [])], indirect=["paced"],
-                         ids=["batches-of-10", "single-rows"])
+@pytest.mark.parametrize(
+    ("paced", "paced_rows"), [(10, [160, 160, 117, 160, 40]), (1, [])], indirect=["paced"], ids=["batches-of-10", "single-rows"]
+)
 async def test_every_owner_gets_the_row_and_the_pace_sees_every_row(
-        paced: tuple[TweetStoreStorage, list[tuple[int, float]]], paced_rows: list[int]) -> None:
+    paced: tuple[TweetStoreStorage, list[tuple[int, float]]], paced_rows: list[int]
+) -> None:
     storage, calls = paced
     owners = [f"owner{i}_{secrets.token_hex(2)}" for i in range(437)]
     tid = new_timeuuid()

@@ -46,14 +46,13 @@ def graph() -> Graph:
     return Graph()
 
 
-def reader(store: TweetStoreStorage, graph: Graph, policy: HybridPolicy = FRESH,
-           retention_s: int = 3600) -> HybridHome:
-    return HybridHome(store.home, store.tweets, store.large, graph.following, retention_s=retention_s,
-                      policy=policy)
+def reader(store: TweetStoreStorage, graph: Graph, policy: HybridPolicy = FRESH, retention_s: int = 3600) -> HybridHome:
+    return HybridHome(store.home, store.tweets, store.large, graph.following, retention_s=retention_s, policy=policy)
 
 
-async def post(store: TweetStoreStorage, author: str, count: int, *, start_min_ago: float = 50,
-               step_s: float = 3.0) -> list[uuid.UUID]:
+async def post(
+    store: TweetStoreStorage, author: str, count: int, *, start_min_ago: float = 50, step_s: float = 3.0
+) -> list[uuid.UUID]:
     """``count`` tweets by ``author`` (oldest first), in its userline; not fanned out."""
     ids = []
     start = utcnow() - timedelta(minutes=start_min_ago)
@@ -83,7 +82,8 @@ async def page_all(home: HybridHome, owner: str, limit: int) -> list[uuid.UUID]:
 
 
 async def test_without_large_accounts_or_trims_it_is_the_stored_slice(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names
+) -> None:
     owner, friend = names.user(), names.user()
     graph.follow(owner, friend)
     ids = await post(tweet_store, friend, 6)
@@ -94,7 +94,8 @@ async def test_without_large_accounts_or_trims_it_is_the_stored_slice(
 
 
 async def test_large_accounts_are_merged_for_their_followers_only(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names
+) -> None:
     owner, stranger, big, small = (names.user() for _ in range(4))
     graph.follow(owner, big, small)
     graph.follow(stranger, small)
@@ -113,21 +114,21 @@ async def test_large_accounts_are_merged_for_their_followers_only(
 
 
 async def test_crossing_the_threshold_either_way_loses_and_duplicates_nothing(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names
+) -> None:
     owner, author = names.user(), names.user()
     graph.follow(owner, author)
-    pushed = await post(tweet_store, author, 3, start_min_ago=30)   # small: fanned out
+    pushed = await post(tweet_store, author, 3, start_min_ago=30)  # small: fanned out
     await fan_out(tweet_store, author, pushed, [owner])
-    await tweet_store.large.register(author, 3600)                  # grows large
-    merged = await post(tweet_store, author, 3, start_min_ago=20)   # not fanned out
-    later = await post(tweet_store, author, 2, start_min_ago=10)    # drops back: fanned out again
+    await tweet_store.large.register(author, 3600)  # grows large
+    merged = await post(tweet_store, author, 3, start_min_ago=20)  # not fanned out
+    later = await post(tweet_store, author, 2, start_min_ago=10)  # drops back: fanned out again
     await fan_out(tweet_store, author, later, [owner])
     home = reader(tweet_store, graph)
     assert await page_all(home, owner, 2) == newest_first(pushed + merged + later)
 
 
-async def test_paging_past_the_cap_reads_the_userlines(tweet_store: TweetStoreStorage, graph: Graph,
-                                                        names: Names) -> None:
+async def test_paging_past_the_cap_reads_the_userlines(tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
     owner, a, b = names.user(), names.user(), names.user()
     graph.follow(owner, a, b)
     a_ids = await post(tweet_store, a, 12, start_min_ago=50, step_s=5)
@@ -153,10 +154,11 @@ async def test_paging_past_the_cap_reads_the_userlines(tweet_store: TweetStoreSt
 
 
 async def test_paging_below_the_horizon_stops_at_the_retention_horizon(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names
+) -> None:
     owner, a = names.user(), names.user()
     graph.follow(owner, a)
-    old = await post(tweet_store, a, 3, start_min_ago=50)       # older than a 40-minute retention
+    old = await post(tweet_store, a, 3, start_min_ago=50)  # older than a 40-minute retention
     young = await post(tweet_store, a, 12, start_min_ago=30)
     await fan_out(tweet_store, a, young, [owner])
     await tweet_store.home.trim(owner, 10)
@@ -166,19 +168,19 @@ async def test_paging_below_the_horizon_stops_at_the_retention_horizon(
 
 
 async def test_a_cached_large_account_head_serves_pages_and_falls_back_past_it(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names
+) -> None:
     owner, big = names.user(), names.user()
     graph.follow(owner, big)
     ids = await post(tweet_store, big, 12, step_s=1)
     await tweet_store.large.register(big, 3600)
     cached = HybridPolicy(registry_ttl_s=60, recent_ttl_s=60, following_ttl_s=60, recent_depth=5)
     home = reader(tweet_store, graph, cached)
-    assert await page_all(home, owner, 2) == newest_first(ids)     # head of 5, then the store
+    assert await page_all(home, owner, 2) == newest_first(ids)  # head of 5, then the store
     assert await page_all(home, owner, 7) == newest_first(ids)
 
 
-async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: TweetStoreStorage, graph: Graph,
-                                                              names: Names) -> None:
+async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
     from fanline_tweet_store.cap import HomeCap
     from fanline_tweet_store.regeneration import Regenerator
     from fanline_tweet_store.service import TweetStore
@@ -190,10 +192,15 @@ async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: Tweet
     await fan_out(tweet_store, a, a_ids, [owner])
     await tweet_store.large.register(big, 3600)
     hybrid = reader(tweet_store, graph)
-    store = TweetStore(tweet_store, retention_s=3600, idempotency_ttl_s=60, merge_count=50, hybrid=hybrid,
-                       cap=HomeCap(tweet_store.home, 10),
-                       regenerator=Regenerator(tweet_store.home, tweet_store.tweets, hybrid.following,
-                                               retention_s=3600, max_rows=10))
+    store = TweetStore(
+        tweet_store,
+        retention_s=3600,
+        idempotency_ttl_s=60,
+        merge_count=50,
+        hybrid=hybrid,
+        cap=HomeCap(tweet_store.home, 10),
+        regenerator=Regenerator(tweet_store.home, tweet_store.tweets, hybrid.following, retention_s=3600, max_rows=10),
+    )
     everything = newest_first(a_ids + big_ids)
     since = everything[6]
     newer = everything[:6]
@@ -212,8 +219,8 @@ async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: Tweet
 
 @pytest.mark.parametrize(("authors", "per_author", "max_rows"), [(2, 30, 10), (3, 4, 50), (1, 0, 10), (25, 3, 10)])
 async def test_a_regenerated_timeline_equals_the_one_never_away(
-        tweet_store: TweetStoreStorage, graph: Graph, names: Names, authors: int, per_author: int,
-        max_rows: int) -> None:
+    tweet_store: TweetStoreStorage, graph: Graph, names: Names, authors: int, per_author: int, max_rows: int
+) -> None:
     from fanline_tweet_store.regeneration import Regenerator
 
     owner, twin = names.user("away"), names.user("twin")
@@ -232,8 +239,7 @@ async def test_a_regenerated_timeline_equals_the_one_never_away(
     twin_own = await post(tweet_store, twin, 1, start_min_ago=21)
     await fan_out(tweet_store, twin, twin_own, [twin])
     home = reader(tweet_store, graph)
-    regenerator = Regenerator(tweet_store.home, tweet_store.tweets, home.following, retention_s=3600,
-                              max_rows=max_rows)
+    regenerator = Regenerator(tweet_store.home, tweet_store.tweets, home.following, retention_s=3600, max_rows=max_rows)
     written = await regenerator.regenerate(owner)
     assert written <= max_rows
     expected = newest_first(posted + own)

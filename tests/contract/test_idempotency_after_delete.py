@@ -21,8 +21,7 @@ def service(storage: TweetStoreStorage) -> TweetStore:
     return tweet_store_service(storage, retention_s=7 * 86400)
 
 
-async def test_repeat_after_delete_is_not_found_and_creates_nothing(tweet_store: TweetStoreStorage,
-                                                                   names: Names) -> None:
+async def test_repeat_after_delete_is_not_found_and_creates_nothing(tweet_store: TweetStoreStorage, names: Names) -> None:
     store = service(tweet_store)
     author = names.user("Id")
     first, created, _ = await store.post(author, "hello once", "key-del")
@@ -38,8 +37,9 @@ async def test_repeat_after_delete_is_not_found_and_creates_nothing(tweet_store:
         await store.post(author, "hello once", "key-del")
 
 
-async def test_repeat_of_a_reservation_whose_request_crashed_still_completes(tweet_store: TweetStoreStorage,
-                                                                             names: Names) -> None:
+async def test_repeat_of_a_reservation_whose_request_crashed_still_completes(
+    tweet_store: TweetStoreStorage, names: Names
+) -> None:
     """The reason repeats rewrite: a request that reserved its key and died
     before storing the tweet is completed by the client's retry."""
     store = service(tweet_store)

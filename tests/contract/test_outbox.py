@@ -32,9 +32,11 @@ class Owner:
 
 
 @pytest.fixture(params=["social_graph", "tweet_store", "tweet_store_fresh"])
-async def owner(request: pytest.FixtureRequest, names: Names, social_graph: SocialGraphStorage,
-                tweet_store: TweetStoreStorage) -> Owner:
+async def owner(
+    request: pytest.FixtureRequest, names: Names, social_graph: SocialGraphStorage, tweet_store: TweetStoreStorage
+) -> Owner:
     if request.param == "social_graph":
+
         async def follow(event: OutboxEvent) -> object:
             return await social_graph.follows.follow(names.user(), names.user(), utcnow(), event)
 
@@ -173,12 +175,20 @@ async def test_an_unpublished_event_never_expires(owner: Owner, backend: Any, cl
         outbox: Any = owner.outbox
         session, ks = outbox.session, outbox.keyspace
         shard, minute = outbox_partition(event.id)
-        row = (await asyncio.to_thread(
-            session.execute, f"SELECT TTL(payload) AS ttl FROM {ks}.outbox WHERE shard = %s AND minute = %s "
-            "AND event_id = %s", (shard, minute, event.id))).one()
+        row = (
+            await asyncio.to_thread(
+                session.execute,
+                f"SELECT TTL(payload) AS ttl FROM {ks}.outbox WHERE shard = %s AND minute = %s AND event_id = %s",
+                (shard, minute, event.id),
+            )
+        ).one()
         assert row.ttl is None, f"outbox row expires in {row.ttl} s"
-        table = (await asyncio.to_thread(
-            session.execute, "SELECT default_time_to_live FROM system_schema.tables "
-            "WHERE keyspace_name = %s AND table_name = 'outbox'", (ks,))).one()
+        table = (
+            await asyncio.to_thread(
+                session.execute,
+                "SELECT default_time_to_live FROM system_schema.tables WHERE keyspace_name = %s AND table_name = 'outbox'",
+                (ks,),
+            )
+        ).one()
         assert table.default_time_to_live == 0
     await owner.outbox.ack([event.id])

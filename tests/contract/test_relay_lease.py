@@ -15,8 +15,7 @@ from fanline_tweet_store.adapters import TweetStoreStorage
 
 
 @pytest.fixture(params=["social_graph", "tweet_store"])
-def outbox(request: pytest.FixtureRequest, social_graph: SocialGraphStorage, tweet_store: TweetStoreStorage
-           ) -> Outbox:
+def outbox(request: pytest.FixtureRequest, social_graph: SocialGraphStorage, tweet_store: TweetStoreStorage) -> Outbox:
     return social_graph.outbox if request.param == "social_graph" else tweet_store.outbox
 
 

@@ -38,8 +38,7 @@ async def test_unknown_token_is_none(social_graph: SocialGraphStorage) -> None:
     [timedelta(seconds=-1), timedelta(hours=-5), timedelta(days=-400)],
     ids=["one-second-ago", "hours-ago", "last-year"],
 )
-async def test_session_expiring_in_the_past_is_none(social_graph: SocialGraphStorage, names: Names,
-                                                    offset: timedelta) -> None:
+async def test_session_expiring_in_the_past_is_none(social_graph: SocialGraphStorage, names: Names, offset: timedelta) -> None:
     t = token()
     await social_graph.sessions.create(t, names.user(), utcnow() + offset)
     assert await social_graph.sessions.get(t) is None

@@ -119,8 +119,7 @@ def test_acknowledged_write_survives_a_killed_process(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60,
-                            env={**os.environ})
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, env={**os.environ})
     assert result.returncode == -9, result.stderr.decode()
     conn = sqlite3.connect(path)
     try:

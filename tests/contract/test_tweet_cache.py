@@ -51,8 +51,7 @@ async def test_contract_get_many_returns_known_ids_only(tweet_store: TweetStoreS
     await contract.test_get_many_returns_known_ids_only(store, names)  # now warm
 
 
-async def test_contract_delete_removes_tweet_everywhere(tweet_store: TweetStoreStorage, names: Names,
-                                                        clock: Clock) -> None:
+async def test_contract_delete_removes_tweet_everywhere(tweet_store: TweetStoreStorage, names: Names, clock: Clock) -> None:
     await contract.test_delete_removes_tweet_everywhere(cached(tweet_store), names, clock)
 
 
@@ -73,8 +72,7 @@ async def test_warm_reads_are_served_from_memory(tweet_store: TweetStoreStorage,
     assert hits() == before + 5
 
 
-async def test_a_local_delete_is_seen_at_once_even_when_cached(tweet_store: TweetStoreStorage,
-                                                                names: Names) -> None:
+async def test_a_local_delete_is_seen_at_once_even_when_cached(tweet_store: TweetStoreStorage, names: Names) -> None:
     author = names.user("Cd")
     keep, gone = tweet(author), tweet(author)
     store = cached(tweet_store)
@@ -86,8 +84,7 @@ async def test_a_local_delete_is_seen_at_once_even_when_cached(tweet_store: Twee
     assert await store.tweets.get(gone.id) is None
 
 
-async def test_another_replicas_delete_shows_within_the_ttl(tweet_store: TweetStoreStorage,
-                                                            names: Names) -> None:
+async def test_another_replicas_delete_shows_within_the_ttl(tweet_store: TweetStoreStorage, names: Names) -> None:
     """Two tweet-store replicas over one store: a delete through B is served
     stale by A's cache only until A's entry expires; ``get`` is never stale."""
     author = names.user("Cr")

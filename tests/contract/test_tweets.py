@@ -90,8 +90,7 @@ async def test_get_many_returns_known_ids_only(tweet_store: TweetStoreStorage, n
     assert await tweet_store.tweets.get_many([unknown]) == {}
 
 
-async def test_delete_removes_tweet_everywhere(tweet_store: TweetStoreStorage, names: Names,
-                                               clock: Clock) -> None:
+async def test_delete_removes_tweet_everywhere(tweet_store: TweetStoreStorage, names: Names, clock: Clock) -> None:
     author = names.user()
     base = clock.past()
     keep, gone = tweet(author, base), tweet(author, base + timedelta(seconds=1))
@@ -127,8 +126,9 @@ async def test_userline_pages_newest_first(tweet_store: TweetStoreStorage, names
     for t in mine:
         await create(tweet_store, t)
     await create(tweet_store, tweet(other, start + timedelta(seconds=5)))
-    seen = await page_all(lambda limit, before: tweet_store.tweets.userline(author.upper(), limit, before),
-                          page_size, stop_after=1000)
+    seen = await page_all(
+        lambda limit, before: tweet_store.tweets.userline(author.upper(), limit, before), page_size, stop_after=1000
+    )
     assert seen == newest_first(mine)
     assert await tweet_store.tweets.userline(names.user(), 10, None) == []
 
@@ -157,8 +157,9 @@ PUBLIC_OFFSETS = [
 
 
 @pytest.mark.parametrize("page_size", [1, 3, 7, 100], ids=lambda n: f"page-{n}")
-async def test_public_timeline_pages_across_time_buckets(tweet_store: TweetStoreStorage, names: Names,
-                                                         clock: Clock, page_size: int) -> None:
+async def test_public_timeline_pages_across_time_buckets(
+    tweet_store: TweetStoreStorage, names: Names, clock: Clock, page_size: int
+) -> None:
     base = clock.past()
     authors = [names.user() for _ in range(3)]
     mine = [tweet(random.choice(authors), base + offset) for offset in PUBLIC_OFFSETS]
@@ -173,8 +174,9 @@ async def test_public_timeline_pages_across_time_buckets(tweet_store: TweetStore
     assert len(set(seen)) == len(seen)
 
 
-async def test_public_timeline_without_cursor_starts_at_the_newest_tweet(tweet_store: TweetStoreStorage,
-                                                                         names: Names, clock: Clock) -> None:
+async def test_public_timeline_without_cursor_starts_at_the_newest_tweet(
+    tweet_store: TweetStoreStorage, names: Names, clock: Clock
+) -> None:
     # Newer than anything else in the module, and in the future: a timeline
     # read without a cursor must still start there.
     base = clock.future()
@@ -195,8 +197,7 @@ async def test_public_timeline_includes_tweets_of_now(tweet_store: TweetStoreSto
     assert t.id not in await tweet_store.tweets.public(5, t.id)
 
 
-async def test_public_before_is_exclusive_within_one_minute(tweet_store: TweetStoreStorage, names: Names,
-                                                            clock: Clock) -> None:
+async def test_public_before_is_exclusive_within_one_minute(tweet_store: TweetStoreStorage, names: Names, clock: Clock) -> None:
     base = clock.past()
     author = names.user()
     mine = [tweet(author, base + timedelta(milliseconds=10 * i)) for i in range(20)]
@@ -205,17 +206,14 @@ async def test_public_before_is_exclusive_within_one_minute(tweet_store: TweetSt
     ordered = newest_first(mine)
     for i in (0, 5, 19):
         page = await tweet_store.tweets.public(3, ordered[i])
-        assert page[: min(3, 19 - i)] == ordered[i + 1: i + 4]
+        assert page[: min(3, 19 - i)] == ordered[i + 1 : i + 4]
         assert ordered[i] not in page
 
 
-async def test_idempotency_key_concurrent_reservations_agree(tweet_store: TweetStoreStorage,
-                                                             names: Names) -> None:
+async def test_idempotency_key_concurrent_reservations_agree(tweet_store: TweetStoreStorage, names: Names) -> None:
     author = names.user("Idem")
     candidates = [tweet(author, body=f"candidate {i}") for i in range(6)]
-    bound = await asyncio.gather(
-        *(tweet_store.tweets.reserve_idempotency_key(author, "key-1", c, 3600) for c in candidates)
-    )
+    bound = await asyncio.gather(*(tweet_store.tweets.reserve_idempotency_key(author, "key-1", c, 3600) for c in candidates))
     assert len({b.id for b in bound}) == 1
     winner = bound[0]
     assert winner in candidates

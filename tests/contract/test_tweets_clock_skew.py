@@ -22,8 +22,9 @@ from .support import Names
 
 
 @pytest.mark.parametrize("ahead_s", [5, 600])
-async def test_delete_wins_over_a_plain_insert_stamped_by_a_clock_ahead(backend: Backend, tweet_store: TweetStoreStorage,
-                                                                       names: Names, ahead_s: int) -> None:
+async def test_delete_wins_over_a_plain_insert_stamped_by_a_clock_ahead(
+    backend: Backend, tweet_store: TweetStoreStorage, names: Names, ahead_s: int
+) -> None:
     if backend.name != "cassandra":
         pytest.skip("write timestamps are Cassandra's")
     cluster = tweet_store.tweets._session.cluster  # type: ignore[attr-defined]
@@ -33,8 +34,7 @@ async def test_delete_wins_over_a_plain_insert_stamped_by_a_clock_ahead(backend:
     # The tweet-store replica that wrote the tweet runs ahead of Cassandra.
     cluster.timestamp_generator = lambda: int((time.time() + ahead_s) * 1_000_000)
     try:
-        assert await tweet_store.tweets.create(tweet, events.tweet_created(tweet.id, author, tweet.created_at),
-                                               fresh=True)
+        assert await tweet_store.tweets.create(tweet, events.tweet_created(tweet.id, author, tweet.created_at), fresh=True)
     finally:
         cluster.timestamp_generator = real_clock
     assert await tweet_store.tweets.get(tweet.id) == tweet

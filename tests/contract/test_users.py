@@ -52,8 +52,7 @@ async def test_names_are_unique_case_insensitively(social_graph: SocialGraphStor
     assert found is not None and found[1] == "hash-first"
 
 
-async def test_concurrent_creates_of_one_name_exactly_one_wins(social_graph: SocialGraphStorage,
-                                                               names: Names) -> None:
+async def test_concurrent_creates_of_one_name_exactly_one_wins(social_graph: SocialGraphStorage, names: Names) -> None:
     base = names.user("Race")
     variants = [base.upper(), base.lower(), base, base.swapcase()] * 2
     results = await asyncio.gather(
@@ -104,8 +103,7 @@ SEARCH_SUFFIXES = ["", "0", "_", "a", "AB", "ab9", "b", "Bz", "z_z"]
         pytest.param("ab9x", 100, [], id="longer-than-any"),
     ],
 )
-async def test_search_prefix(social_graph: SocialGraphStorage, names: Names, extra: str, limit: int,
-                             expected: list[str]) -> None:
+async def test_search_prefix(social_graph: SocialGraphStorage, names: Names, extra: str, limit: int, expected: list[str]) -> None:
     stem = names.stem(5)
     for suffix in SEARCH_SUFFIXES:
         await social_graph.users.create(stem.upper()[:2] + stem[2:] + suffix, "h", utcnow())
@@ -137,13 +135,11 @@ async def test_search_empty_prefix_lists_names_in_order(social_graph: SocialGrap
 
 
 @pytest.mark.parametrize("prefix", ["-", "a-", "é", "x" * 16], ids=["dash", "dash-2", "non-ascii", "too-long"])
-async def test_search_prefix_outside_the_alphabet_finds_nothing(social_graph: SocialGraphStorage,
-                                                                prefix: str) -> None:
+async def test_search_prefix_outside_the_alphabet_finds_nothing(social_graph: SocialGraphStorage, prefix: str) -> None:
     assert await social_graph.users.search_prefix(prefix, 10) == []
 
 
-async def test_created_at_round_trips_at_millisecond_precision(social_graph: SocialGraphStorage,
-                                                               names: Names) -> None:
+async def test_created_at_round_trips_at_millisecond_precision(social_graph: SocialGraphStorage, names: Names) -> None:
     name = names.user()
     when = utcnow() - timedelta(days=3)
     user = await social_graph.users.create(name, "h", when)

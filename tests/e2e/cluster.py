@@ -50,15 +50,19 @@ class Survived:
     note: str = ""
 
 
-HEADER = ("| fault | duration | requests sent | failed | retried | acknowledged writes | lost | duplicated | notes |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---|")
+HEADER = (
+    "| fault | duration | requests sent | failed | retried | acknowledged writes | lost | duplicated | notes |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+)
 
 
 def table(rows: list[Survived]) -> str:
     lines = [HEADER]
     for r in rows:
-        lines.append(f"| {r.fault} | {r.duration_s:.0f} s | {r.sent} | {r.failed} | {r.retried} | {r.acked} | "
-                     f"{r.lost} | {r.duplicated} | {r.note} |")
+        lines.append(
+            f"| {r.fault} | {r.duration_s:.0f} s | {r.sent} | {r.failed} | {r.retried} | {r.acked} | "
+            f"{r.lost} | {r.duplicated} | {r.note} |"
+        )
     return "\n".join(lines)
 
 
@@ -225,6 +229,7 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
 
 # --- Kafka ---------------------------------------------------------------------------
 
+
 async def _admin(bootstrap: str) -> Any:
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -306,8 +311,11 @@ def active_controller(kafka_nodes: list[Any]) -> int:
             text = engine.main_log.read_text(errors="replace")
         except OSError:
             continue
-        for m in re.finditer(r"\[RaftManager id=(\d+)\] Completed transition to Leader\(.*?, epoch=(\d+), "
-                             r"epochStartOffset", text):
+        for m in re.finditer(
+            r"\[RaftManager id=(\d+)\] Completed transition to Leader\(.*?, epoch=(\d+), "
+            r"epochStartOffset",
+            text,
+        ):
             node, epoch = int(m.group(1)), int(m.group(2))
             if epoch > best_epoch:
                 best, best_epoch = node, epoch

@@ -88,15 +88,20 @@ def make_system(kind: str, base_port: int, tmp: Path, infra: Any = None, **extra
     base_port += PORT_OFFSET
     logs = ARTIFACTS / "logs" / f"{kind}-{base_port}-{tag}"
     if kind == "embedded":
-        return System(data_dir=tmp / f"data-{tag}", base_port=base_port,
-                      extra_env={**FAST_ENV, **extra}, log_dir=logs)
-    return System(data_dir=tmp / f"data-{tag}", base_port=base_port, backend="cassandra",
-                  kafka_bootstrap=infra.kafka_bootstrap, extra_env={**real_env(infra, tag), **extra},
-                  log_dir=logs)
+        return System(data_dir=tmp / f"data-{tag}", base_port=base_port, extra_env={**FAST_ENV, **extra}, log_dir=logs)
+    return System(
+        data_dir=tmp / f"data-{tag}",
+        base_port=base_port,
+        backend="cassandra",
+        kafka_bootstrap=infra.kafka_bootstrap,
+        extra_env={**real_env(infra, tag), **extra},
+        log_dir=logs,
+    )
 
 
-def running(kind: str, base_port: int, tmp_path_factory: pytest.TempPathFactory, infra: Any = None,
-            **extra: str) -> Iterator[System]:
+def running(
+    kind: str, base_port: int, tmp_path_factory: pytest.TempPathFactory, infra: Any = None, **extra: str
+) -> Iterator[System]:
     """A started system of ``kind`` for a session fixture to yield from."""
     system = make_system(kind, base_port, tmp_path_factory.mktemp(kind), infra, **extra)
     system.start(timeout=180 if kind == "real" else 90)
@@ -124,12 +129,14 @@ def real_small_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory)
     yield from running("real", 28100, tmp_path_factory, real_infra, **SMALL_ENV)
 
 
-@pytest.fixture(params=[
-    "embedded",
-    pytest.param("real", marks=pytest.mark.real_infra),
-    "embedded-small",
-    pytest.param("real-small", marks=pytest.mark.real_infra),
-])
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("real", marks=pytest.mark.real_infra),
+        "embedded-small",
+        pytest.param("real-small", marks=pytest.mark.real_infra),
+    ]
+)
 def system(request: pytest.FixtureRequest) -> System:
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_system")  # type: ignore[no-any-return]
 
@@ -184,6 +191,7 @@ def kafka_control(real_infra: Any) -> Any:
 
 # --- the three-node cluster (tests/e2e/test_cluster.py) ------------------------------
 
+
 @dataclass(frozen=True)
 class ClusterInfra:
     """The cluster's launcher and the addresses ``make_system`` reads."""
@@ -205,8 +213,10 @@ def cluster_infra() -> Iterator[ClusterInfra]:
     state = os.environ.get("FANLINE_CLUSTER_INFRA_DIR", "").strip() or str(REPO / ".infra-cluster")
     # Node restarts under load on two shared cores took up to ~140 s (a broker
     # reloading every test session's partitions): more room than a cold start needs.
-    restart_s = {k: float(os.environ.get(f"FANLINE_{k.split('_')[0].upper()}_START_TIMEOUT", 300))
-                 for k in ("cassandra_start_timeout", "kafka_start_timeout")}
+    restart_s = {
+        k: float(os.environ.get(f"FANLINE_{k.split('_')[0].upper()}_START_TIMEOUT", 300))
+        for k in ("cassandra_start_timeout", "kafka_start_timeout")
+    }
     local = module.LocalInfra(module.InfraConfig.from_env(nodes=3, state_dir=state, **restart_s))
     try:
         local.check_prerequisites()
@@ -230,8 +240,7 @@ def cluster_env(infra: ClusterInfra) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def cluster_system(cluster_infra: ClusterInfra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    system = make_system("real", 29000, tmp_path_factory.mktemp("cluster"), cluster_infra,
-                         **cluster_env(cluster_infra))
+    system = make_system("real", 29000, tmp_path_factory.mktemp("cluster"), cluster_infra, **cluster_env(cluster_infra))
     system.start(timeout=240)
     yield system
     system.stop()
@@ -261,13 +270,20 @@ def slow_system(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> It
 
     port = 23090 + PORT_OFFSET
     with latency_proxy(port, real_infra.cassandra_contact, SLOW_DELAY_MS):
-        yield from running("real", 23100, tmp_path_factory, real_infra,
-                           FANLINE_CASSANDRA_HOSTS="127.0.0.1", FANLINE_CASSANDRA_PORT=str(port),
-                           FANLINE_FANOUT_PAGES_IN_FLIGHT="1", FANLINE_HOME_WRITE_BATCH_ROWS="1",
-                           FANLINE_HOME_WRITE_WINDOW="1",
-                           # One worker: a restarted one need not wait the usual
-                           # 5 s for its killed predecessor to miss the rebalance.
-                           FANLINE_WORKER_REBALANCE_TIMEOUT_S="1")
+        yield from running(
+            "real",
+            23100,
+            tmp_path_factory,
+            real_infra,
+            FANLINE_CASSANDRA_HOSTS="127.0.0.1",
+            FANLINE_CASSANDRA_PORT=str(port),
+            FANLINE_FANOUT_PAGES_IN_FLIGHT="1",
+            FANLINE_HOME_WRITE_BATCH_ROWS="1",
+            FANLINE_HOME_WRITE_WINDOW="1",
+            # One worker: a restarted one need not wait the usual
+            # 5 s for its killed predecessor to miss the rebalance.
+            FANLINE_WORKER_REBALANCE_TIMEOUT_S="1",
+        )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -63,14 +63,14 @@ class FaultRow:
     notes: str = ""
 
 
-HEADER = ("| fault | requests sent | failed | acknowledged writes | lost | duplicated | notes |\n"
-          "|---|---:|---:|---:|---:|---:|---|")
+HEADER = (
+    "| fault | requests sent | failed | acknowledged writes | lost | duplicated | notes |\n|---|---:|---:|---:|---:|---:|---|"
+)
 
 
 def table(rows: list[FaultRow]) -> str:
     lines = [HEADER]
-    lines += [f"| {r.fault} | {r.sent} | {r.failed} | {r.acked} | {r.lost} | {r.duplicated} | {r.notes} |"
-              for r in rows]
+    lines += [f"| {r.fault} | {r.sent} | {r.failed} | {r.acked} | {r.lost} | {r.duplicated} | {r.notes} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -235,9 +235,23 @@ def topics_of(system: System) -> tuple[str, str, str]:
 def latency_proxy(listen_port: int, target: str, delay_ms: float) -> Iterator[subprocess.Popen[bytes]]:
     """``bench.latency_proxy`` on 127.0.0.1:``listen_port`` forwarding to
     ``target`` with ``delay_ms`` added each way, until the block ends."""
-    proc = subprocess.Popen([sys.executable, "-m", "bench.latency_proxy", "--listen", f"127.0.0.1:{listen_port}",
-                             "--target", target, "--delay-ms", str(delay_ms)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.latency_proxy",
+            "--listen",
+            f"127.0.0.1:{listen_port}",
+            "--target",
+            target,
+            "--delay-ms",
+            str(delay_ms),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -267,8 +281,7 @@ def restore_engine(control: Any, kind: str, seconds: float = 600.0, attempts: in
     past the launcher's 120 s default, and the launcher then stops what it
     started -- the engine would stay down for everyone. Returns the seconds
     it took."""
-    patient = type(control)(dataclasses.replace(control.config, kafka_start_timeout=seconds,
-                                                cassandra_start_timeout=seconds))
+    patient = type(control)(dataclasses.replace(control.config, kafka_start_timeout=seconds, cassandra_start_timeout=seconds))
     started = time.monotonic()
     for attempt in range(attempts):
         try:

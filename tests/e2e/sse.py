@@ -65,8 +65,9 @@ class Listener:
                 for line in response.iter_lines():
                     if line == "":
                         if data or fields:
-                            self.events.append(Event(fields.get("event", "message"), "\n".join(data),
-                                                     fields.get("id"), time.time()))
+                            self.events.append(
+                                Event(fields.get("event", "message"), "\n".join(data), fields.get("id"), time.time())
+                            )
                         fields, data = {}, []
                     elif line.startswith(":"):
                         self.comments.append(time.time())

@@ -39,7 +39,9 @@ HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     system = make_system(
-        "embedded", 19700, tmp_path_factory.mktemp("limited"),
+        "embedded",
+        19700,
+        tmp_path_factory.mktemp("limited"),
         FANLINE_RATE_LIMIT_PER_ADDRESS="12 per minute",
         FANLINE_RATE_LIMIT_PER_USER="20 per minute",
         FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS="4 per minute",
@@ -136,8 +138,7 @@ def test_failed_logins_are_limited_per_username_and_per_address(limited: System)
         # The web sign-in form is the same use case, so the same limit.
         page = c.get("/login")
         csrf = page.cookies["fanline_csrf"]
-        r = c.post("/login", data={"username": victim, "password": PASSWORD, "csrf": csrf},
-                   cookies={"fanline_csrf": csrf})
+        r = c.post("/login", data={"username": victim, "password": PASSWORD, "csrf": csrf}, cookies={"fanline_csrf": csrf})
         assert r.status_code == 429
     # Per address: four failures for four different names spend the address.
     with client(limited, "192.0.2.77") as c:
@@ -166,9 +167,14 @@ def production_argon2(tmp_path: Path) -> Iterator[System]:
     """The production argon2 profile (64 MiB, t=3, p=4), a 128 MiB budget
     and a short queue: the settings under test."""
     system = make_system(
-        "embedded", 19750, tmp_path,
-        FANLINE_ARGON2_TIME_COST="3", FANLINE_ARGON2_MEMORY_KIB="65536", FANLINE_ARGON2_PARALLELISM="4",
-        FANLINE_ARGON2_MEMORY_BUDGET_MIB=str(BUDGET_MIB), FANLINE_ARGON2_QUEUE_WAIT_S="0.3",
+        "embedded",
+        19750,
+        tmp_path,
+        FANLINE_ARGON2_TIME_COST="3",
+        FANLINE_ARGON2_MEMORY_KIB="65536",
+        FANLINE_ARGON2_PARALLELISM="4",
+        FANLINE_ARGON2_MEMORY_BUDGET_MIB=str(BUDGET_MIB),
+        FANLINE_ARGON2_QUEUE_WAIT_S="0.3",
     )
     system.start()
     yield system
@@ -184,19 +190,20 @@ def test_a_login_flood_stays_within_the_argon2_memory_budget(production_argon2: 
 
     async def flood() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=system.url(), timeout=60) as c:
-            return await asyncio.gather(*(
-                c.post("/v1/sessions", json={"username": f"nobody{i:03d}", "password": "wrong password"})
-                for i in range(40)
-            ))
+            return await asyncio.gather(
+                *(c.post("/v1/sessions", json={"username": f"nobody{i:03d}", "password": "wrong password"}) for i in range(40))
+            )
 
     started = time.monotonic()
     responses = asyncio.run(flood())
     elapsed = time.monotonic() - started
     peak_kib = vm_kib(pid, "VmHWM")
     statuses = sorted(r.status_code for r in responses)
-    print(f"\n40 parallel failed logins in {elapsed:.1f}s: {statuses.count(401)} x 401, "
-          f"{statuses.count(503)} x 503; social-graph RSS {before_kib / 1024:.0f} MiB before, "
-          f"peak {peak_kib / 1024:.0f} MiB (budget {BUDGET_MIB} MiB)")
+    print(
+        f"\n40 parallel failed logins in {elapsed:.1f}s: {statuses.count(401)} x 401, "
+        f"{statuses.count(503)} x 503; social-graph RSS {before_kib / 1024:.0f} MiB before, "
+        f"peak {peak_kib / 1024:.0f} MiB (budget {BUDGET_MIB} MiB)"
+    )
     assert set(statuses) <= {401, 503}, statuses
     assert statuses.count(401) >= 2 and statuses.count(503) >= 1, statuses
     for r in responses:

@@ -84,8 +84,7 @@ def test_sign_up_validation(api: Api, username: object, password: object, code: 
 def test_usernames_are_unique_case_insensitively_and_keep_display_case(api: Api) -> None:
     name = api.unique_name("Mx")
     api.sign_up(name)
-    assert_error(api.request("POST", "/v1/users", json={"username": name.lower(), "password": PASSWORD}),
-                 409, "username_taken")
+    assert_error(api.request("POST", "/v1/users", json={"username": name.lower(), "password": PASSWORD}), 409, "username_taken")
     assert api.page(f"/v1/users/{name.upper()}")["username"] == name
     r = api.request("POST", "/v1/sessions", json={"username": name.upper(), "password": PASSWORD})
     assert r.status_code == 200 and r.json()["username"] == name
@@ -218,8 +217,9 @@ def test_tweet_body_rules(api: Api, body: object, ok: bool) -> None:
         assert_error(r, 422, "invalid_body")
 
 
-@pytest.mark.parametrize("raw", ["nope", "00000000-0000-0000-0000-000000000000", str(uuid.uuid4())],
-                         ids=["garbage", "nil-uuid", "uuid4"])
+@pytest.mark.parametrize(
+    "raw", ["nope", "00000000-0000-0000-0000-000000000000", str(uuid.uuid4())], ids=["garbage", "nil-uuid", "uuid4"]
+)
 def test_malformed_or_unknown_tweet_id_is_404(api: Api, raw: str) -> None:
     assert_error(api.request("GET", f"/v1/tweets/{raw}"), 404, "tweet_not_found")
 
@@ -356,10 +356,12 @@ def test_eight_simultaneous_sign_ups_of_one_name_create_one_user(api: Api) -> No
 
     async def race() -> list[int]:
         async with httpx.AsyncClient(base_url=api.base_url, timeout=30) as client:
-            responses = await asyncio.gather(*(
-                client.post("/v1/users", json={"username": name if i % 2 else name.upper(), "password": PASSWORD})
-                for i in range(8)
-            ))
+            responses = await asyncio.gather(
+                *(
+                    client.post("/v1/users", json={"username": name if i % 2 else name.upper(), "password": PASSWORD})
+                    for i in range(8)
+                )
+            )
             return sorted(r.status_code for r in responses)
 
     assert asyncio.run(race()) == [201] + [409] * 7
@@ -370,11 +372,16 @@ def test_six_simultaneous_posts_with_one_key_create_one_tweet(api: Api) -> None:
 
     async def race() -> set[str]:
         async with httpx.AsyncClient(base_url=api.base_url, timeout=30) as client:
-            responses = await asyncio.gather(*(
-                client.post("/v1/tweets", json={"body": f"attempt {i}"},
-                            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "same-key"})
-                for i in range(6)
-            ))
+            responses = await asyncio.gather(
+                *(
+                    client.post(
+                        "/v1/tweets",
+                        json={"body": f"attempt {i}"},
+                        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "same-key"},
+                    )
+                    for i in range(6)
+                )
+            )
             assert all(r.status_code in (200, 201) for r in responses), [r.text for r in responses]
             return {r.json()["id"] for r in responses}
 
@@ -390,14 +397,27 @@ def test_openapi_describes_every_route(api: Api) -> None:
     doc = api.page("/openapi.json")
     assert doc["openapi"].startswith("3.1")
     expected = {
-        ("/v1/users", "post"), ("/v1/users", "get"), ("/v1/users/{username}", "get"),
-        ("/v1/users/{username}/following", "get"), ("/v1/users/{username}/followers", "get"),
-        ("/v1/users/{username}/following/{target}", "put"), ("/v1/users/{username}/following/{target}", "delete"),
-        ("/v1/users/{username}/tweets", "get"), ("/v1/sessions", "post"), ("/v1/sessions/current", "delete"),
-        ("/v1/tweets", "post"), ("/v1/tweets/{tweet_id}", "get"), ("/v1/tweets/{tweet_id}", "delete"),
-        ("/v1/timeline", "get"), ("/v1/public", "get"), ("/healthz", "get"), ("/readyz", "get"),
-        ("/metrics", "get"), ("/openapi.json", "get"),
-        ("/v1/streaming/home", "get"), ("/v1/streaming/public", "get"),
+        ("/v1/users", "post"),
+        ("/v1/users", "get"),
+        ("/v1/users/{username}", "get"),
+        ("/v1/users/{username}/following", "get"),
+        ("/v1/users/{username}/followers", "get"),
+        ("/v1/users/{username}/following/{target}", "put"),
+        ("/v1/users/{username}/following/{target}", "delete"),
+        ("/v1/users/{username}/tweets", "get"),
+        ("/v1/sessions", "post"),
+        ("/v1/sessions/current", "delete"),
+        ("/v1/tweets", "post"),
+        ("/v1/tweets/{tweet_id}", "get"),
+        ("/v1/tweets/{tweet_id}", "delete"),
+        ("/v1/timeline", "get"),
+        ("/v1/public", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+        ("/v1/streaming/home", "get"),
+        ("/v1/streaming/public", "get"),
     }
     described = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert expected <= described

@@ -25,8 +25,14 @@ from .conftest import ARTIFACTS
 CHROMIUM = Path("/usr/bin/chromium")
 # A closed network: no background traffic, no QUIC, no sandbox (containers).
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 DESKTOP = {"width": 1000, "height": 760}
 PHONE = {"width": 375, "height": 740}
@@ -138,8 +144,10 @@ def reload_until(page: Page, url: str, check: Callable[[], bool], what: str) -> 
 
 def unlabelled_controls(page: Page) -> list[str]:
     """Form controls without a <label> (hidden inputs need none)."""
-    return list(page.evaluate("""() => [...document.querySelectorAll('input, textarea, select')]
-        .filter(el => el.type !== 'hidden' && el.labels.length === 0).map(el => el.outerHTML)"""))
+    return list(
+        page.evaluate("""() => [...document.querySelectorAll('input, textarea, select')]
+        .filter(el => el.type !== 'hidden' && el.labels.length === 0).map(el => el.outerHTML)""")
+    )
 
 
 def no_horizontal_scroll(page: Page) -> bool:
@@ -204,8 +212,12 @@ def test_sign_up_follow_post_paginate_unfollow_delete_sign_out(web: Web, api: Ap
     token = api.login(a)
     for i in range(21):
         newest = api.post(token, f"tweet number {i:02d} from {a}")
-    reload_until(bob, "/", lambda: bool(tweet_ids(bob)) and tweet_ids(bob)[0] == newest["id"]
-                 and bob.locator("a.more").count() == 1, "all 22 tweets on Bob's home")
+    reload_until(
+        bob,
+        "/",
+        lambda: bool(tweet_ids(bob)) and tweet_ids(bob)[0] == newest["id"] and bob.locator("a.more").count() == 1,
+        "all 22 tweets on Bob's home",
+    )
     page_one = tweet_ids(bob)
     assert len(page_one) == 20
     bob.get_by_role("link", name="More").click()
@@ -365,8 +377,11 @@ def test_session_cookie_is_secure_over_https(system: Any, api: Api) -> None:
         assert "fanline_csrf=" in csrf_cookie and "Secure" in csrf_cookie and "HttpOnly" in csrf_cookie
         match = re.search(r'name="csrf" value="([^"]+)"', page.text)
         assert match is not None
-        response = client.post("/login", data={"csrf": match.group(1), "username": name, "password": PASSWORD},
-                               cookies={"fanline_csrf": match.group(1)})
+        response = client.post(
+            "/login",
+            data={"csrf": match.group(1), "username": name, "password": PASSWORD},
+            cookies={"fanline_csrf": match.group(1)},
+        )
         assert response.status_code == 303 and response.headers["location"] == "/"
         session = next(c for c in response.headers.get_list("set-cookie") if c.startswith("fanline_session="))
         attributes = {part.strip().split("=")[0].lower() for part in session.split(";")}
@@ -442,8 +457,12 @@ def test_phone_width_and_no_javascript(web: Web, api: Api) -> None:
     assert no_horizontal_scroll(page)
     web.shot(page, "phone-login")
     sign_in(page, name)
-    for path, shot in (("/", "phone-home"), ("/public", "phone-public"), (f"/u/{name}", "phone-user"),
-                       (f"/find?q={name}", "phone-find")):
+    for path, shot in (
+        ("/", "phone-home"),
+        ("/public", "phone-public"),
+        (f"/u/{name}", "phone-user"),
+        (f"/find?q={name}", "phone-find"),
+    ):
         page.goto(path)
         assert no_horizontal_scroll(page), path
         web.shot(page, shot)
@@ -467,9 +486,16 @@ def test_phone_width_and_no_javascript(web: Web, api: Api) -> None:
 def test_bad_input_gets_a_friendly_page_never_a_500(system: Any, api: Api) -> None:
     name = api.sign_up(unique("bi"))
     cases = {
-        "/public?cursor=not-a-cursor": 400, "/?cursor=x": 400, "/public?limit=0": 422, "/public?limit=abc": 422,
-        "/u/no%20such%20user!": 404, f"/u/{name}?cursor=bad": 400, f"/u/{name}/followers?cursor=bad": 400,
-        f"/u/{name}/following?limit=1000": 422, "/find?q=not%20valid!": 422, "/find?q=" + "x" * 300: 422,
+        "/public?cursor=not-a-cursor": 400,
+        "/?cursor=x": 400,
+        "/public?limit=0": 422,
+        "/public?limit=abc": 422,
+        "/u/no%20such%20user!": 404,
+        f"/u/{name}?cursor=bad": 400,
+        f"/u/{name}/followers?cursor=bad": 400,
+        f"/u/{name}/following?limit=1000": 422,
+        "/find?q=not%20valid!": 422,
+        "/find?q=" + "x" * 300: 422,
     }
     with httpx.Client(base_url=system.url()) as client:
         for path, status in cases.items():
@@ -480,5 +506,4 @@ def test_bad_input_gets_a_friendly_page_never_a_500(system: Any, api: Api) -> No
         # A session cookie that signs nobody in: signed-out pages, and the cookie is cleared.
         response = client.get("/", cookies={"fanline_session": "expired-or-made-up"})
         assert response.status_code == 200 and "Public timeline" in response.text
-        assert any(c.startswith('fanline_session=""') or "Max-Age=0" in c
-                   for c in response.headers.get_list("set-cookie"))
+        assert any(c.startswith('fanline_session=""') or "Max-Age=0" in c for c in response.headers.get_list("set-cookie"))

@@ -68,5 +68,6 @@ def test_without_javascript_home_is_an_ordinary_page(web: Web, api: Api) -> None
     expect(plain.locator(".new-tweets")).to_be_hidden()
     api.post(token, "seen after a reload")
     # No live update without script: the tweet shows after a reload (once fanned out).
-    reload_until(plain, "/", lambda: plain.locator("li.tweet", has_text="seen after a reload").count() == 1,
-                 "the tweet after a reload")
+    reload_until(
+        plain, "/", lambda: plain.locator("li.tweet", has_text="seen after a reload").count() == 1, "the tweet after a reload"
+    )

@@ -97,8 +97,11 @@ def bring_back(infra: Any, system: System, node: int) -> str:
     ``commitlog_sync_period`` of writes it had acknowledged, which hints do not
     cover). Returns how the node was brought back."""
     eventually(lambda: all_up(infra, node), timeout=120, interval=3, what="all nodes UN")
-    host_id = next(line.split()[-2] for line in nodetool(infra, node, "status").splitlines()
-                   if line.startswith("UN ") and line.split()[1] == infra.node("cassandra", node).host)
+    host_id = next(
+        line.split()[-2]
+        for line in nodetool(infra, node, "status").splitlines()
+        if line.startswith("UN ") and line.split()[1] == infra.node("cassandra", node).host
+    )
     others = [n for n in (1, 2, 3) if n != node]
 
     def hints_delivered() -> bool:
@@ -113,8 +116,7 @@ def bring_back(infra: Any, system: System, node: int) -> str:
     return f"{how} + repair"
 
 
-def run_fault(system: System, api: Api, fault: Any, name: str, after: Any = None,
-              posters: int = 3, readers: int = 2) -> Load:
+def run_fault(system: System, api: Api, fault: Any, name: str, after: Any = None, posters: int = 3, readers: int = 2) -> Load:
     """Load, ``fault()`` (returns a note), verify, ``after()`` (returns a note), record a row."""
     ps, rs = setup_users(api, posters, readers)
     load = Load(system.url(), ps, rs).start()
@@ -128,8 +130,17 @@ def run_fault(system: System, api: Api, fault: Any, name: str, after: Any = None
     duration = time.monotonic() - started
     lost, duplicated = verify(api, load)
     later = after() if after is not None else ""
-    row = Survived(name, duration, load.sent, load.failed, load.retried, len(load.acked), lost, duplicated,
-                   "; ".join(x for x in (extra, later) if x))
+    row = Survived(
+        name,
+        duration,
+        load.sent,
+        load.failed,
+        load.retried,
+        len(load.acked),
+        lost,
+        duplicated,
+        "; ".join(x for x in (extra, later) if x),
+    )
     record(row)
     print(f"\n{row}\nfirst errors: {load.errors[:10]}")
     assert len(load.acked) > 20, "the load never got going"
@@ -153,30 +164,41 @@ def test_cluster_is_replicated(cluster_system: System, cluster_infra: Any, api: 
 
 def test_cassandra_node_killed(cluster_system: System, api: Api, infra: Any) -> None:
     """SIGKILL one Cassandra node (the first contact point) under load, restart it."""
+
     def fault() -> str:
         infra.signal_node("cassandra", 1, signal.SIGKILL)
         time.sleep(FAULT_S)
         secs = infra.start_node("cassandra", 1)
         return f"restarted in {secs:.0f} s"
 
-    run_fault(cluster_system, api, fault, f"Cassandra node SIGKILLed for {FAULT_S:.0f} s, restarted",
-              after=lambda: "brought back by " + bring_back(infra, cluster_system, 1))
+    run_fault(
+        cluster_system,
+        api,
+        fault,
+        f"Cassandra node SIGKILLed for {FAULT_S:.0f} s, restarted",
+        after=lambda: "brought back by " + bring_back(infra, cluster_system, 1),
+    )
 
 
 def test_cassandra_node_paused(cluster_system: System, api: Api, infra: Any) -> None:
     """SIGSTOP one Cassandra node for 30 s (a long GC pause, a frozen VM), then SIGCONT."""
+
     def fault() -> str:
         infra.signal_node("cassandra", 2, signal.SIGSTOP)
         time.sleep(PAUSE_S)
         infra.signal_node("cassandra", 2, signal.SIGCONT)
         return ""
 
-    run_fault(cluster_system, api, fault, f"Cassandra node paused (SIGSTOP) {PAUSE_S:.0f} s",
-              after=lambda: "brought back by " + bring_back(infra, cluster_system, 2))
+    run_fault(
+        cluster_system,
+        api,
+        fault,
+        f"Cassandra node paused (SIGSTOP) {PAUSE_S:.0f} s",
+        after=lambda: "brought back by " + bring_back(infra, cluster_system, 2),
+    )
 
 
-def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infra: Any, api: Api,
-                                            infra: Any) -> None:
+def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infra: Any, api: Api, infra: Any) -> None:
     """SIGKILL the broker that is the active KRaft controller and leads events
     partitions; every acknowledged event is consumed once in effect, the group
     is Stable again with lag 0."""
@@ -187,24 +209,30 @@ def test_kafka_controller_and_leader_killed(cluster_system: System, cluster_infr
     def fault() -> str:
         controller = active_controller(infra.kafka_nodes)
         leaders = partition_leaders(bootstrap, topic)
-        victim = controller if controller in leaders.values() else max(set(leaders.values()),
-                                                                      key=list(leaders.values()).count)
+        victim = controller if controller in leaders.values() else max(set(leaders.values()), key=list(leaders.values()).count)
         victim = int(os.environ.get("FANLINE_CLUSTER_KAFKA_VICTIM", victim))
         led = sorted(p for p, b in leaders.items() if b == victim)
         infra.signal_node("kafka", victim, signal.SIGKILL)
         time.sleep(FAULT_S)
         new_controller = active_controller([k for k in infra.kafka_nodes if k.node != victim])
         secs = infra.start_node("kafka", victim)
-        return (f"broker {victim} (controller: {victim == controller}, led partitions {led}); "
-                f"new controller {new_controller}; restarted in {secs:.0f} s")
+        return (
+            f"broker {victim} (controller: {victim == controller}, led partitions {led}); "
+            f"new controller {new_controller}; restarted in {secs:.0f} s"
+        )
 
     run_fault(cluster_system, api, fault, f"Kafka broker SIGKILLed for {FAULT_S:.0f} s, restarted")
-    eventually(lambda: group_lag(bootstrap, group, topic) == (0, "Stable"), timeout=120, interval=2,
-               what="consumer group Stable with lag 0")
+    eventually(
+        lambda: group_lag(bootstrap, group, topic) == (0, "Stable"),
+        timeout=120,
+        interval=2,
+        what="consumer group Stable with lag 0",
+    )
 
 
 def test_rolling_restart(cluster_system: System, api: Api, infra: Any) -> None:
     """Restart (SIGTERM, start) every Cassandra node, then every broker, one at a time, under load."""
+
     def fault() -> str:
         took = []
         for kind in ("cassandra", "kafka"):
@@ -214,8 +242,12 @@ def test_rolling_restart(cluster_system: System, api: Api, infra: Any) -> None:
                 infra.start_node(kind, n)
                 if kind == "cassandra":
                     peer = 3 if n != 3 else 1
-                    eventually(lambda peer=peer: all_up(infra, peer), timeout=120, interval=2,  # type: ignore[misc]
-                               what="all nodes UN")
+                    eventually(
+                        lambda peer=peer: all_up(infra, peer),
+                        timeout=120,
+                        interval=2,  # type: ignore[misc]
+                        what="all nodes UN",
+                    )
                 took.append(time.monotonic() - t0)
         return f"6 restarts, {min(took):.0f}-{max(took):.0f} s each"
 
@@ -238,8 +270,7 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
             key = f"k-{wanted}"
             results: list[tuple[str, int, str]] = []
 
-            def one(kind: str, wanted: str = wanted, key: str = key,
-                    results: list[tuple[str, int, str]] = results) -> None:
+            def one(kind: str, wanted: str = wanted, key: str = key, results: list[tuple[str, int, str]] = results) -> None:
                 nonlocal sent, retried
                 with httpx.Client(base_url=url, timeout=30) as c:
                     for _ in range(20):
@@ -247,8 +278,11 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
                         if kind == "signup":
                             r = c.post("/v1/users", json={"username": wanted, "password": PASSWORD})
                         else:
-                            r = c.post("/v1/tweets", json={"body": f"once {key}"},
-                                       headers={"Idempotency-Key": key, "Authorization": f"Bearer {token}"})
+                            r = c.post(
+                                "/v1/tweets",
+                                json={"body": f"once {key}"},
+                                headers={"Idempotency-Key": key, "Authorization": f"Bearer {token}"},
+                            )
                         if r.status_code < 500:
                             results.append((kind, r.status_code, r.json().get("id", "") if r.status_code < 300 else ""))
                             return
@@ -270,7 +304,17 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
             assert len(userline) == 1, userline
     finally:
         infra.start_node("cassandra", 3)
-    record(Survived("LWT races (6 sign-ups of one name, 6 posts of one key) x 5, Cassandra node down",
-                    time.monotonic() - started, sent, failed, retried, 2 * 5, 0, 0,
-                    "exactly one 201 per name; one tweet per key"))
+    record(
+        Survived(
+            "LWT races (6 sign-ups of one name, 6 posts of one key) x 5, Cassandra node down",
+            time.monotonic() - started,
+            sent,
+            failed,
+            retried,
+            2 * 5,
+            0,
+            0,
+            "exactly one 201 per name; one tweet per key",
+        )
+    )
     assert failed == 0

@@ -31,8 +31,7 @@ def test_dependency_down_is_503_naming_it_and_recovers(small_system: System) -> 
     me, token = api.user()
     small_system.stop_service("tweet-store")
 
-    for method, path, body in (("GET", "/v1/public", None), ("POST", "/v1/tweets", {"body": "x"}),
-                               ("GET", "/v1/timeline", None)):
+    for method, path, body in (("GET", "/v1/public", None), ("POST", "/v1/tweets", {"body": "x"}), ("GET", "/v1/timeline", None)):
         r = api.request(method, path, token, json=body)
         assert r.status_code == 503, (path, r.text)
         assert r.json()["error"]["code"] == "unavailable" and "tweet-store" in r.json()["error"]["message"]

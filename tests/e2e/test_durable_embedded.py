@@ -34,8 +34,9 @@ BASE = 19700 + PORT_OFFSET
 def embedded(data_dir: Path, tag: str, **extra: str) -> System:
     from .conftest import ARTIFACTS
 
-    return System(data_dir=data_dir, base_port=BASE, extra_env={**FAST_ENV, **extra},
-                  log_dir=ARTIFACTS / "logs" / f"durable-{tag}")
+    return System(
+        data_dir=data_dir, base_port=BASE, extra_env={**FAST_ENV, **extra}, log_dir=ARTIFACTS / "logs" / f"durable-{tag}"
+    )
 
 
 def pause(system: System, name: str) -> None:
@@ -78,8 +79,11 @@ def test_tweets_posted_while_the_worker_lags_survive_ctrl_c(tmp_path: Path) -> N
         system = restart(system, data, "ctrl-c")
         api = Api(system.url())
         bob_token = api.login(bob)
-        eventually(lambda: set(posted) <= set(api.home_ids(bob_token)), timeout=60,
-                   what="5 of 5 lagging tweets in the follower's home timeline")
+        eventually(
+            lambda: set(posted) <= set(api.home_ids(bob_token)),
+            timeout=60,
+            what="5 of 5 lagging tweets in the follower's home timeline",
+        )
         home = api.home_ids(bob_token)
         assert len(home) == len(set(home)) == 6
         api.close()
@@ -98,14 +102,13 @@ def test_every_acknowledged_write_takes_effect_after_kill_9(tmp_path: Path, vict
     try:
         api = Api(system.url())
         alice, alice_token = api.user("a")
-        bob, bob_token = api.user("b")      # follows alice throughout
+        bob, bob_token = api.user("b")  # follows alice throughout
         carol, carol_token = api.user("c")  # follows alice while the worker lags
-        dave, dave_token = api.user("d")    # unfollows alice while the worker lags
+        dave, dave_token = api.user("d")  # unfollows alice while the worker lags
         api.follow(bob_token, bob, alice)
         api.follow(dave_token, dave, alice)
         doomed = api.post(alice_token, "deleted while the worker lags")["id"]
-        eventually(lambda: doomed in api.home_ids(bob_token) and doomed in api.home_ids(dave_token),
-                   what="worker caught up")
+        eventually(lambda: doomed in api.home_ids(bob_token) and doomed in api.home_ids(dave_token), what="worker caught up")
 
         pause(system, "fanout-worker")
         posted = [api.post(alice_token, f"lagging {i}")["id"] for i in range(2)]
@@ -129,8 +132,11 @@ def test_every_acknowledged_write_takes_effect_after_kill_9(tmp_path: Path, vict
         def settled() -> bool:
             return all(set(api.home_ids(tokens[name])) == ids for name, ids in want.items())
 
-        eventually(settled, timeout=60, what=f"every write applied after kill -9 of {victim}: "
-                   + str({n: api.home_ids(t) for n, t in tokens.items()}))
+        eventually(
+            settled,
+            timeout=60,
+            what=f"every write applied after kill -9 of {victim}: " + str({n: api.home_ids(t) for n, t in tokens.items()}),
+        )
         api.close()
     finally:
         system.stop()

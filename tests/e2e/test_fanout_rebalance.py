@@ -36,9 +36,16 @@ FOLLOWERS = 20_000
 def rebalance_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
     # Push path only (no read-time merge at 20,000), slices of 2,000, and a
     # quick rebalance when the second worker joins.
-    system = make_system("real", 26000, tmp_path, real_infra,
-                         FANLINE_HYBRID_FANOUT="false", FANLINE_FANOUT_CHUNK="2000", FANLINE_FANOUT_PAGE_SIZE="500",
-                         FANLINE_WORKER_REBALANCE_TIMEOUT_S="3")
+    system = make_system(
+        "real",
+        26000,
+        tmp_path,
+        real_infra,
+        FANLINE_HYBRID_FANOUT="false",
+        FANLINE_FANOUT_CHUNK="2000",
+        FANLINE_FANOUT_PAGE_SIZE="500",
+        FANLINE_WORKER_REBALANCE_TIMEOUT_S="3",
+    )
     system.start(timeout=180)
     yield system
     system.stop()
@@ -71,8 +78,7 @@ async def home_counts(system: System, owners: list[str], tweet_id: str) -> dict[
         return dict(await asyncio.gather(*(one(o) for o in owners)))
 
 
-def test_a_rebalance_mid_fan_out_with_an_unfollow_leaves_no_stale_row(rebalance_system: System,
-                                                                       real_infra: Any) -> None:
+def test_a_rebalance_mid_fan_out_with_an_unfollow_leaves_no_stale_row(rebalance_system: System, real_infra: Any) -> None:
     system = rebalance_system
     api = Api(system.url())
     author, author_token = api.user("cel")
@@ -86,13 +92,21 @@ def test_a_rebalance_mid_fan_out_with_an_unfollow_leaves_no_stale_row(rebalance_
 
     tweet = api.post(author_token, "to twenty thousand")["id"]
     # Some rows are written: the fan-out is under way. Then a second worker joins.
-    eventually(lambda: asyncio.run(home_counts(system, followers[:1], tweet))[followers[0]] == 1, timeout=60,
-               interval=0.05, what="the fan-out started")
+    eventually(
+        lambda: asyncio.run(home_counts(system, followers[:1], tweet))[followers[0]] == 1,
+        timeout=60,
+        interval=0.05,
+        what="the fan-out started",
+    )
     second = system.start_worker_replica(1)
     try:
         api.unfollow(leaver_token, leaver, author)
-        eventually(lambda: asyncio.run(home_counts(system, followers[-1:], tweet))[followers[-1]] == 1,
-                   timeout=300, interval=1, what="the last follower has the tweet")
+        eventually(
+            lambda: asyncio.run(home_counts(system, followers[-1:], tweet))[followers[-1]] == 1,
+            timeout=300,
+            interval=1,
+            what="the last follower has the tweet",
+        )
         time.sleep(3)  # let any late slice or purge land
         sample = followers[:200] + followers[-400:]
         counts = asyncio.run(home_counts(system, sample, tweet))

@@ -30,11 +30,14 @@ def test_a_fan_out_in_slices_reaches_every_follower_exactly_once(real_system: Sy
     for name, token in fans[:-1]:
         eventually(lambda token=token: api.home_ids(token).count(tweet) == 1, what=f"{name} has it once")
     eventually(lambda: tweet not in api.home_ids(leaver_token), what="the leaver keeps no row")
-    stored = httpx.get(f"{system.url('tweet-store')}/internal/home/{leaver}", params={"limit": 50}, timeout=10,
-                       headers=system.internal_headers())
+    stored = httpx.get(
+        f"{system.url('tweet-store')}/internal/home/{leaver}", params={"limit": 50}, timeout=10, headers=system.internal_headers()
+    )
     assert tweet not in [t["id"] for t in stored.json()["items"]]
     # (The follow merges may have delivered the tweet before the slices ran,
     # on a slow machine: wait for the slices themselves too.)
-    eventually(lambda: metric(system, "fanout-worker", "fanline_fanout_chunks_total") >= handed_on + 2,
-               what="27 followers written in slices of 10")
+    eventually(
+        lambda: metric(system, "fanout-worker", "fanline_fanout_chunks_total") >= handed_on + 2,
+        what="27 followers written in slices of 10",
+    )
     api.close()

@@ -57,13 +57,11 @@ async def seed_followers(system: System, author: str, count: int) -> list[str]:
     social-graph's internal API: no logins needed)."""
     names = [f"f{i:03d}{uuid.uuid4().hex[:10]}" for i in range(count)]
     async with httpx.AsyncClient(timeout=60, headers=system.internal_headers()) as client:
-        signups = await _bulk([
-            client.post(system.url() + "/v1/users", json={"username": n, "password": PASSWORD}) for n in names
-        ])
+        signups = await _bulk(
+            [client.post(system.url() + "/v1/users", json={"username": n, "password": PASSWORD}) for n in names]
+        )
         assert all(r.status_code == 201 for r in signups), {r.status_code for r in signups}
-        follows = await _bulk([
-            client.put(f"{system.url('social-graph')}/internal/users/{n}/following/{author}") for n in names
-        ])
+        follows = await _bulk([client.put(f"{system.url('social-graph')}/internal/users/{n}/following/{author}") for n in names])
         assert all(r.status_code == 200 for r in follows), {r.status_code for r in follows}
     return names
 
@@ -73,9 +71,9 @@ def home_counts(system: System, owners: list[str], tweet_id: str) -> dict[str, i
 
     async def run() -> dict[str, int]:
         async with httpx.AsyncClient(timeout=60, headers=system.internal_headers()) as client:
-            pages = await _bulk([
-                client.get(f"{system.url('tweet-store')}/internal/home/{o}", params={"limit": 100}) for o in owners
-            ])
+            pages = await _bulk(
+                [client.get(f"{system.url('tweet-store')}/internal/home/{o}", params={"limit": 100}) for o in owners]
+            )
         for p in pages:
             assert p.status_code == 200, p.text
         return {o: [t["id"] for t in p.json()["items"]].count(tweet_id) for o, p in zip(owners, pages, strict=True)}
@@ -94,16 +92,16 @@ class StoredRows:
         self.cluster = Cluster([real_infra.cassandra_host], port=real_infra.cassandra_port)
         self.session = self.cluster.connect()
         keyspace = system.env()["FANLINE_KEYSPACE_PREFIX"] + "_tweet_store"
-        self.select = self.session.prepare(
-            f"SELECT tweet_id FROM {keyspace}.home_timeline WHERE owner_lc = ? AND tweet_id = ?")
+        self.select = self.session.prepare(f"SELECT tweet_id FROM {keyspace}.home_timeline WHERE owner_lc = ? AND tweet_id = ?")
         self.followers = followers
 
     def __call__(self, tweet_id: str) -> int:
         from cassandra.concurrent import execute_concurrent_with_args
 
         tid = uuid.UUID(tweet_id)
-        results = execute_concurrent_with_args(self.session, self.select, [(f, tid) for f in self.followers],
-                                               concurrency=len(self.followers))
+        results = execute_concurrent_with_args(
+            self.session, self.select, [(f, tid) for f in self.followers], concurrency=len(self.followers)
+        )
         return sum(1 for ok, rows in results if ok and list(rows))
 
     def wait(self, tweet_id: str, accept: Any, timeout: float = 60) -> int:
@@ -131,8 +129,7 @@ def crowd(slow_system: System) -> Iterator[tuple[CountingApi, str, str, list[str
 
 
 @pytest.fixture(scope="module")
-def stored(real_infra: Any, slow_system: System,
-           crowd: tuple[CountingApi, str, str, list[str]]) -> Iterator[StoredRows]:
+def stored(real_infra: Any, slow_system: System, crowd: tuple[CountingApi, str, str, list[str]]) -> Iterator[StoredRows]:
     rows = StoredRows(real_infra, slow_system, crowd[3])
     yield rows
     rows.close()
@@ -143,8 +140,7 @@ def settled_counts(system: System, followers: list[str], tweet: str, what: str) 
     follower has one or after 120 s (whatever is missing then is counted as
     lost by the caller)."""
     try:
-        eventually(lambda: sum(home_counts(system, followers, tweet).values()) >= FOLLOWERS, timeout=120,
-                   interval=0.5, what=what)
+        eventually(lambda: sum(home_counts(system, followers, tweet).values()) >= FOLLOWERS, timeout=120, interval=0.5, what=what)
     except AssertionError:
         pass
     return home_counts(system, followers, tweet)
@@ -152,8 +148,8 @@ def settled_counts(system: System, followers: list[str], tweet: str, what: str) 
 
 @pytest.mark.parametrize(("sig", "trials"), [(signal.SIGKILL, 20), (signal.SIGTERM, 3)], ids=["sigkill", "sigterm"])
 def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
-        slow_system: System, crowd: tuple[CountingApi, str, str, list[str]], stored: StoredRows,
-        sig: signal.Signals, trials: int) -> None:
+    slow_system: System, crowd: tuple[CountingApi, str, str, list[str]], stored: StoredRows, sig: signal.Signals, trials: int
+) -> None:
     system = slow_system
     api, _author, token, followers = crowd
     sent = lost = duplicated = 0
@@ -177,17 +173,26 @@ def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
         duplicated += sum(v - 1 for v in counts.values() if v > 1)
         exact += set(counts.values()) == {1}
     mid = sum(1 for d in at_kill if 0 < d < FOLLOWERS)
-    record(FaultRow(
-        f"fan-out worker {sig.name} mid-fan-out, restarted ({trials} trials)", sent, 0, sent, lost, duplicated,
-        f"{exact}/{trials} exact; {FOLLOWERS} followers each, {mid}/{trials} kills mid-fan-out "
-        f"({min(at_kill)}-{max(at_kill)} rows stored at the kill); exact again "
-        f"{statistics.median(recovery):.0f} s (median) after the kill, worker restart included"))
+    record(
+        FaultRow(
+            f"fan-out worker {sig.name} mid-fan-out, restarted ({trials} trials)",
+            sent,
+            0,
+            sent,
+            lost,
+            duplicated,
+            f"{exact}/{trials} exact; {FOLLOWERS} followers each, {mid}/{trials} kills mid-fan-out "
+            f"({min(at_kill)}-{max(at_kill)} rows stored at the kill); exact again "
+            f"{statistics.median(recovery):.0f} s (median) after the kill, worker restart included",
+        )
+    )
     assert exact == trials, f"{trials - exact} trials not exact: lost {lost}, duplicated {duplicated}"
     assert mid == trials, f"only {mid} of {trials} kills landed mid-fan-out: {at_kill}"
 
 
 def test_tweet_store_killed_mid_page_delivers_every_follower_exactly_once(
-        slow_system: System, crowd: tuple[CountingApi, str, str, list[str]], stored: StoredRows) -> None:
+    slow_system: System, crowd: tuple[CountingApi, str, str, list[str]], stored: StoredRows
+) -> None:
     """Up to ``MID_PAGE_TRIALS`` trials until one kill lands inside a page:
     the rows already on their way through the proxy when tweet-store dies
     can still complete the page (one CI run stored 10 of 30 at the crash, a
@@ -214,10 +219,17 @@ def test_tweet_store_killed_mid_page_delivers_every_follower_exactly_once(
         if 0 < partials[-1] < FOLLOWERS and partials[-1] % PAGE:
             break
     inside = [n for n in partials if 0 < n < FOLLOWERS and n % PAGE]
-    record(FaultRow(f"tweet-store SIGKILLed mid-page of a fan-out, restarted ({len(partials)} trial(s))",
-                    len(partials), 0, len(partials), lost, duplicated,
-                    f"{FOLLOWERS} followers, pages of {PAGE}; rows stored at each crash: {partials} "
-                    f"({len(inside)} inside a page)"))
+    record(
+        FaultRow(
+            f"tweet-store SIGKILLed mid-page of a fan-out, restarted ({len(partials)} trial(s))",
+            len(partials),
+            0,
+            len(partials),
+            lost,
+            duplicated,
+            f"{FOLLOWERS} followers, pages of {PAGE}; rows stored at each crash: {partials} ({len(inside)} inside a page)",
+        )
+    )
     assert inside, f"no crash of {len(partials)} landed inside a page (rows stored at each: {partials})"
 
 
@@ -225,7 +237,8 @@ GATEWAY_TRIALS = 5
 
 
 def test_gateway_killed_mid_post_then_retried_yields_exactly_one_tweet(
-        slow_system: System, crowd: tuple[CountingApi, str, str, list[str]]) -> None:
+    slow_system: System, crowd: tuple[CountingApi, str, str, list[str]]
+) -> None:
     system = slow_system
     api, author, token, followers = crowd
     reader = followers[0]
@@ -243,8 +256,9 @@ def test_gateway_killed_mid_post_then_retried_yields_exactly_one_tweet(
         key, body = uuid.uuid4().hex, f"gateway dies {trial} {uuid.uuid4().hex[:6]}"
 
         def post(key: str = key, body: str = body) -> httpx.Response:
-            return httpx.post(system.url() + "/v1/tweets", json={"body": body}, timeout=30,
-                              headers={**headers, "Idempotency-Key": key})
+            return httpx.post(
+                system.url() + "/v1/tweets", json={"body": body}, timeout=30, headers={**headers, "Idempotency-Key": key}
+            )
 
         inflight = Background(post)
         inflight.start()
@@ -281,9 +295,17 @@ def test_gateway_killed_mid_post_then_retried_yields_exactly_one_tweet(
         in_home = home_counts(system, [reader], tid)[reader]
         lost += in_home == 0
         duplicated += max(0, in_home - 1)
-    record(FaultRow(f"gateway SIGKILLed mid-post, client retries with the same Idempotency-Key "
-                    f"({GATEWAY_TRIALS} trials)", sent, 0, len(keys), lost, duplicated,
-                    f"{no_answer}/{GATEWAY_TRIALS} kills left the client without an answer; the retry found "
-                    f"{stored_before_death} already stored (200), created {GATEWAY_TRIALS - stored_before_death} (201)"))
+    record(
+        FaultRow(
+            f"gateway SIGKILLed mid-post, client retries with the same Idempotency-Key ({GATEWAY_TRIALS} trials)",
+            sent,
+            0,
+            len(keys),
+            lost,
+            duplicated,
+            f"{no_answer}/{GATEWAY_TRIALS} kills left the client without an answer; the retry found "
+            f"{stored_before_death} already stored (200), created {GATEWAY_TRIALS - stored_before_death} (201)",
+        )
+    )
     assert lost == 0 and duplicated == 0, (lost, duplicated)
     assert no_answer >= 1, "no kill landed while a post was in flight"

@@ -30,8 +30,9 @@ SLACK_S = 0.75
 def measure(system: System) -> tuple[TimedLoad, int, int]:
     api = Api(system.url())
     posters, readers = setup_users(api, posters=1, readers=1)
-    load = TimedLoad(system.url(), posters, readers, post_interval_s=0.1, read_interval_s=0.1,
-                     deadline_s=DEADLINE_S + SLACK_S).start()
+    load = TimedLoad(
+        system.url(), posters, readers, post_interval_s=0.1, read_interval_s=0.1, deadline_s=DEADLINE_S + SLACK_S
+    ).start()
     time.sleep(LOAD_S)
     load.stop()
     lost, duplicated = verify(api, load, timeout=120)
@@ -48,12 +49,19 @@ def test_latency_to_cassandra_costs_time_but_no_request(fault_system: System, sl
     slow, lost, duplicated = measure(slow_system)
     b_post, s_post = base.quantiles("POST /v1/tweets"), slow.quantiles("POST /v1/tweets")
     b_home, s_home = base.quantiles("GET /v1/timeline"), slow.quantiles("GET /v1/timeline")
-    record(FaultRow(
-        f"{SLOW_DELAY_MS:.0f} ms added each way between every service and Cassandra (TCP proxy)",
-        slow.sent, slow.failed + len(slow.unexpected), len(slow.acked), lost, duplicated,
-        f"p50/p99 post {ms(s_post[0])}/{ms(s_post[1])} ms (direct: {ms(b_post[0])}/{ms(b_post[1])}), "
-        f"home read {ms(s_home[0])}/{ms(s_home[1])} ms (direct: {ms(b_home[0])}/{ms(b_home[1])}); "
-        f"{s_post[2]} posts, {s_home[2]} home reads in {LOAD_S:.0f} s (direct: {b_post[2]}, {b_home[2]})"))
+    record(
+        FaultRow(
+            f"{SLOW_DELAY_MS:.0f} ms added each way between every service and Cassandra (TCP proxy)",
+            slow.sent,
+            slow.failed + len(slow.unexpected),
+            len(slow.acked),
+            lost,
+            duplicated,
+            f"p50/p99 post {ms(s_post[0])}/{ms(s_post[1])} ms (direct: {ms(b_post[0])}/{ms(b_post[1])}), "
+            f"home read {ms(s_home[0])}/{ms(s_home[1])} ms (direct: {ms(b_home[0])}/{ms(b_home[1])}); "
+            f"{s_post[2]} posts, {s_home[2]} home reads in {LOAD_S:.0f} s (direct: {b_post[2]}, {b_home[2]})",
+        )
+    )
     for load in (base, slow):
         assert load.retried == 0 and load.failed == 0, load.errors[:10]
         assert not load.unexpected, load.unexpected[:10]

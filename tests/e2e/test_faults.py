@@ -34,13 +34,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_infra, pytest.
 OUTAGE_S = 20.0
 
 
-def test_kafka_stopped_under_steady_posting_loses_and_duplicates_nothing(
-        fault_system: System, kafka_control: Any) -> None:
+def test_kafka_stopped_under_steady_posting_loses_and_duplicates_nothing(fault_system: System, kafka_control: Any) -> None:
     system = fault_system
     api = Api(system.url())
     posters, readers = setup_users(api, posters=2, readers=2)
-    load = TimedLoad(system.url(), posters, readers, post_interval_s=0.5, read_interval_s=1.0,
-                     deadline_s=10.0).start()
+    load = TimedLoad(system.url(), posters, readers, post_interval_s=0.5, read_interval_s=1.0, deadline_s=10.0).start()
     started = time.monotonic()
     try:
         time.sleep(5)
@@ -61,16 +59,24 @@ def test_kafka_stopped_under_steady_posting_loses_and_duplicates_nothing(
     lost, duplicated = verify(api, load, timeout=180)
     events, chunks, _ = topics_of(system)
     group = system.env()["FANLINE_WORKER_GROUP"]
-    eventually(lambda: group_lag(system.bootstrap, group, [events, chunks]) == 0, timeout=60, interval=1,
-               what="consumer lag back to 0")
+    eventually(
+        lambda: group_lag(system.bootstrap, group, [events, chunks]) == 0, timeout=60, interval=1, what="consumer lag back to 0"
+    )
     slowest = load.slowest()
-    record(FaultRow(
-        f"Kafka stopped {OUTAGE_S:.0f} s under steady posting, gateway SIGKILLed before relaying, both restarted",
-        load.sent, load.failed + len(load.unexpected), len(load.acked), lost, duplicated,
-        f"{acked_in_outage} tweets acknowledged by the time of the kill; {load.transport_errors} connection "
-        f"errors while the gateway was down, retried with the same key; Kafka took {kafka_s:.0f} s to start, "
-        f"gateway ready again {restored - 5:.0f} s after Kafka stopped; "
-        f"slowest request {slowest[2]:.1f} s; lag 0 after"))
+    record(
+        FaultRow(
+            f"Kafka stopped {OUTAGE_S:.0f} s under steady posting, gateway SIGKILLed before relaying, both restarted",
+            load.sent,
+            load.failed + len(load.unexpected),
+            len(load.acked),
+            lost,
+            duplicated,
+            f"{acked_in_outage} tweets acknowledged by the time of the kill; {load.transport_errors} connection "
+            f"errors while the gateway was down, retried with the same key; Kafka took {kafka_s:.0f} s to start, "
+            f"gateway ready again {restored - 5:.0f} s after Kafka stopped; "
+            f"slowest request {slowest[2]:.1f} s; lag 0 after",
+        )
+    )
     assert load.failed == 0, load.errors[:10]
     assert (lost, duplicated) == (0, 0)
     api.close()
@@ -96,8 +102,9 @@ def _dead_letters(bootstrap: str, topic: str, wanted: set[bytes], timeout: float
     from aiokafka import AIOKafkaConsumer
 
     async def run() -> dict[bytes, str]:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                                    enable_auto_commit=False, group_id=None)
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, group_id=None
+        )
         await consumer.start()
         found: dict[bytes, str] = {}
         try:
@@ -124,15 +131,22 @@ def test_poison_events_are_dead_lettered_and_lag_returns_to_zero(fault_system: S
     events, chunks, dlq = topics_of(system)
     tag = uuid.uuid4().hex
     undecodable = b"\xff\xfe not an event " + tag.encode()
-    unknown_version = json.dumps({"type": "TweetCreated", "version": 99, "event_id": str(uuid.uuid4()),
-                                  "occurred_at": "2026-11-25T00:00:00Z", "data": {"tag": tag}}).encode()
+    unknown_version = json.dumps(
+        {
+            "type": "TweetCreated",
+            "version": 99,
+            "event_id": str(uuid.uuid4()),
+            "occurred_at": "2026-11-25T00:00:00Z",
+            "data": {"tag": tag},
+        }
+    ).encode()
     started = time.monotonic()
     # Keyed by the author: the poison sits in front of the author's next tweet.
-    _publish(system.bootstrap, events, [(author.lower().encode(), undecodable),
-                                        (author.lower().encode(), unknown_version)])
+    _publish(system.bootstrap, events, [(author.lower().encode(), undecodable), (author.lower().encode(), unknown_version)])
     behind = api.post(author_token, "behind the poison")["id"]
-    eventually(lambda: behind in api.home_ids(reader_token), timeout=60, interval=0.5,
-               what="the tweet behind the poison delivered")
+    eventually(
+        lambda: behind in api.home_ids(reader_token), timeout=60, interval=0.5, what="the tweet behind the poison delivered"
+    )
     found = _dead_letters(system.bootstrap, dlq, {undecodable, unknown_version}, timeout=60)
     group = system.env()["FANLINE_WORKER_GROUP"]
     lags: list[int] = []
@@ -146,10 +160,18 @@ def test_poison_events_are_dead_lettered_and_lag_returns_to_zero(fault_system: S
     home = api.home_ids(reader_token)
     lost = int(behind not in home)
     duplicated = home.count(behind) - 1 if behind in home else 0
-    record(FaultRow("poison events (undecodable bytes, unknown schema version) on the events topic", api.sent, 0, 1,
-                    lost, duplicated,
-                    f"{len(found)}/2 on the dead-letter topic ({', '.join(sorted(set(found.values())))}); "
-                    f"the tweet behind them delivered; lag 0 after {settled:.0f} s"))
+    record(
+        FaultRow(
+            "poison events (undecodable bytes, unknown schema version) on the events topic",
+            api.sent,
+            0,
+            1,
+            lost,
+            duplicated,
+            f"{len(found)}/2 on the dead-letter topic ({', '.join(sorted(set(found.values())))}); "
+            f"the tweet behind them delivered; lag 0 after {settled:.0f} s",
+        )
+    )
     assert found == {undecodable: "invalid_event", unknown_version: "invalid_event"}, found
     assert (lost, duplicated) == (0, 0)
     api.close()

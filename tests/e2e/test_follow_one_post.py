@@ -57,14 +57,17 @@ def test_one_posts_request_id_is_in_every_step_of_its_fan_out(traced_system: Sys
         for name, token in fans:
             api.follow(token, name, author)
         request_id = f"trace-{uuid.uuid4().hex}"
-        r = api.request("POST", "/v1/tweets", author_token, json={"body": "follow me through"},
-                        headers={"X-Request-Id": request_id})
+        r = api.request(
+            "POST", "/v1/tweets", author_token, json={"body": "follow me through"}, headers={"X-Request-Id": request_id}
+        )
         assert r.status_code == 201, r.text
         assert r.headers["x-request-id"] == request_id
         tweet_id = r.json()["id"]
         for name, token in (fans[0], fans[-1]):
-            eventually(lambda token=token: tweet_id in [t["id"] for t in api.all_items("/v1/timeline", token)],
-                       what=f"tweet in {name}'s home")
+            eventually(
+                lambda token=token: tweet_id in [t["id"] for t in api.all_items("/v1/timeline", token)],
+                what=f"tweet in {name}'s home",
+            )
 
         expected = {
             "api": {"tweet.posted", "event.published"},
@@ -86,13 +89,18 @@ def test_one_posts_request_id_is_in_every_step_of_its_fan_out(traced_system: Sys
                 return False
             return all(want <= steps(system, process, request_id) for process, want in expected.items())
 
-        eventually(all_steps_logged, timeout=30,
-                   what=f"steps of {request_id}: " + str({p: steps(system, p, request_id) for p in expected}))
+        eventually(
+            all_steps_logged,
+            timeout=30,
+            what=f"steps of {request_id}: " + str({p: steps(system, p, request_id) for p in expected}),
+        )
+
         # Every home row of the post is accounted for, page by page, under its id.
         # (eventually: a fan-out in two slices logs "fanout.slice_written" after the first one)
         def written() -> int:
-            return sum(int(line["rows"]) for line in log_lines(system, "tweet-store", request_id)
-                       if line["event"] == "home.rows_written")
+            return sum(
+                int(line["rows"]) for line in log_lines(system, "tweet-store", request_id) if line["event"] == "home.rows_written"
+            )
 
         eventually(lambda: written() >= FOLLOWERS + 1, timeout=30, what="every home row logged under the id")
         assert written() == FOLLOWERS + 1  # the followers and the author's own row

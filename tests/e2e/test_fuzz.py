@@ -43,20 +43,35 @@ def schemathesis(api: Api, tmp: Path, token: str, examples: int, *args: str, con
     (failing the test on any failure)."""
     result = subprocess.run(
         [
-            str(SCHEMATHESIS), "--config-file", str(config), "run", f"{api.base_url}/openapi.json",
-            "--checks", "all",
-            "--max-examples", str(examples),
-            "--workers", "1",  # hypothesis' lambda-source parsing is not thread-safe on 3.11
-            "--seed", "20261125",
-            "--header", f"Authorization: Bearer {token}",
-            "--request-timeout", "30",
+            str(SCHEMATHESIS),
+            "--config-file",
+            str(config),
+            "run",
+            f"{api.base_url}/openapi.json",
+            "--checks",
+            "all",
+            "--max-examples",
+            str(examples),
+            "--workers",
+            "1",  # hypothesis' lambda-source parsing is not thread-safe on 3.11
+            "--seed",
+            "20261125",
+            "--header",
+            f"Authorization: Bearer {token}",
+            "--request-timeout",
+            "30",
             # A stream's 200 never ends, so it cannot be fuzzed like a request;
             # its 4xx answers are covered by tests/e2e/test_streaming.py.
-            "--exclude-path-regex", "^/v1/streaming/",
-            "--output-truncate", "false",
+            "--exclude-path-regex",
+            "^/v1/streaming/",
+            "--output-truncate",
+            "false",
             *args,
         ],
-        capture_output=True, text=True, timeout=900, cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp,
     )
     output = result.stdout + result.stderr
     failures = output.split("FAILURES")[-1][:12000] if "FAILURES" in output else output[-12000:]
@@ -74,8 +89,9 @@ def test_openapi_document_matches_the_server(system: System, api: Api, tmp_path:
     cases = schemathesis(api, tmp_path, token, 110 if embedded else 15, "--exclude-path", LOGOUT)
 
     own = tmp_path / "own-account.toml"
-    own.write_text(CONFIG.read_text() + f'\n[[operations]]\ninclude-path = "{FOLLOW}"\n'
-                   f'parameters = {{ "path.username" = "{me}" }}\n')
+    own.write_text(
+        CONFIG.read_text() + f'\n[[operations]]\ninclude-path = "{FOLLOW}"\nparameters = {{ "path.username" = "{me}" }}\n'
+    )
     cases += schemathesis(api, tmp_path, token, 30, "--include-path", FOLLOW, config=own)
 
     _, throwaway = api.user("fzout")

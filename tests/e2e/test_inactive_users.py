@@ -19,8 +19,9 @@ INACTIVE_AFTER_S = 3.0
 def stored_home(system: System, owner: str) -> list[str]:
     """The home rows tweet-store has stored (not the merged read): what the
     fan-out wrote. Read through the internal route, as the gateway does."""
-    r = httpx.get(f"{system.url('tweet-store')}/internal/home/{owner}", params={"limit": 100}, timeout=10,
-                  headers=system.internal_headers())
+    r = httpx.get(
+        f"{system.url('tweet-store')}/internal/home/{owner}", params={"limit": 100}, timeout=10, headers=system.internal_headers()
+    )
     assert r.status_code == 200, r.text
     return [t["id"] for t in r.json()["items"]]
 
@@ -31,11 +32,11 @@ def test_an_inactive_user_is_skipped_then_regenerated_on_return(inactive_system:
         author, author_token = api.user("au")
         big, big_token = api.user("bg")
         away, away_token = api.user("aw")
-        twin, twin_token = api.user("tw")           # follows the same, stays active
+        twin, twin_token = api.user("tw")  # follows the same, stays active
         for name, token in ((away, away_token), (twin, twin_token)):
             api.follow(token, name, author)
             api.follow(token, name, big)
-        for _ in range(3):                            # big becomes a large account (3 followers)
+        for _ in range(3):  # big becomes a large account (3 followers)
             fan, fan_token = api.user("f")
             api.follow(fan_token, fan, big)
         before = api.post(author_token, "before you left")["id"]

@@ -73,20 +73,22 @@ def test_unfollowing_a_large_account_removes_its_tweets(small_api: Api) -> None:
 def test_crossing_the_threshold_either_way_loses_duplicates_and_reorders_nothing(small_api: Api) -> None:
     api = small_api
     author, author_token = api.user("grow")
-    fans = followers(api, author, 2)                       # small: fanned out on write
+    fans = followers(api, author, 2)  # small: fanned out on write
     small_1 = api.post(author_token, "while small")["id"]
     for _name, token in fans:
         eventually(lambda token=token: small_1 in home(api, token))
-    fans += followers(api, author, 1)                      # 3 followers: large
+    fans += followers(api, author, 1)  # 3 followers: large
     large_1 = api.post(author_token, "while large")["id"]
     large_2 = api.post(author_token, "still large")["id"]
     gone, gone_token = fans[1]
-    api.unfollow(gone_token, gone, author)                 # 2 followers: small again
+    api.unfollow(gone_token, gone, author)  # 2 followers: small again
     small_2 = api.post(author_token, "small again")["id"]
     expected = [small_2, large_2, large_1, small_1]
     for _name, token in (fans[0], fans[2]):
-        eventually(lambda token=token: [i for i in home(api, token) if i in expected] == expected,
-                   what="every tweet once, newest first, across both crossings")
+        eventually(
+            lambda token=token: [i for i in home(api, token) if i in expected] == expected,
+            what="every tweet once, newest first, across both crossings",
+        )
     eventually(lambda: not set(expected) & set(home(api, gone_token)), what="the unfollower sees none of them")
     eventually(lambda: [i for i in home(api, author_token) if i in expected] == expected)
 
@@ -105,8 +107,9 @@ def test_paging_past_the_stored_cap_yields_everything_once_in_order(small_api: A
     expected = [own, *reversed(posted)]
     eventually(lambda: home(api, reader_token, limit=100) == expected, what="all 13 in the home timeline")
     # The cap has trimmed the stored rows (10): the rest is read from userlines.
-    eventually(lambda: metric(small_system, "tweet-store", "fanline_home_trims_total", 'outcome="trimmed"') > 0,
-               what="a trim happened")
+    eventually(
+        lambda: metric(small_system, "tweet-store", "fanline_home_trims_total", 'outcome="trimmed"') > 0, what="a trim happened"
+    )
     for limit in (1, 3, 4, 10, 11):
         assert home(api, reader_token, limit=limit) == expected, limit
 

@@ -50,7 +50,9 @@ def alive(pid: int) -> bool:
 def start(data_dir: Path) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "deploy/local/system.py"), "--data-dir", str(data_dir), "--base-port", str(BASE)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env={**os.environ, "FANLINE_ARGON2_MEMORY_KIB": "8192", "FANLINE_ARGON2_TIME_COST": "1"},
     )
     lines: list[str] = []

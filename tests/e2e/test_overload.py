@@ -52,8 +52,7 @@ CONCURRENCY = 30
 def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     kind = request.param
     infra = request.getfixturevalue("real_infra") if kind == "real" else None
-    system = make_system(kind, 19800 if kind == "embedded" else 29800, tmp_path_factory.mktemp(f"tiny-{kind}"),
-                         infra, **TINY)
+    system = make_system(kind, 19800 if kind == "embedded" else 29800, tmp_path_factory.mktemp(f"tiny-{kind}"), infra, **TINY)
     system.start(timeout=180 if kind == "real" else 90)
     yield system
     system.stop()
@@ -61,9 +60,12 @@ def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 def shed_waits(metrics_text: str, service: str) -> tuple[float, float, float]:
     """(refusals, those that waited at most 100 ms, at most 1 s) from a /metrics page."""
+
     def value(le: str) -> float:
-        pattern = (rf'^fanline_admission_queue_wait_seconds_bucket\{{(?=[^}}]*le="{re.escape(le)}")'
-                   rf'(?=[^}}]*outcome="shed")(?=[^}}]*service="{service}")[^}}]*\}} (\S+)$')
+        pattern = (
+            rf'^fanline_admission_queue_wait_seconds_bucket\{{(?=[^}}]*le="{re.escape(le)}")'
+            rf'(?=[^}}]*outcome="shed")(?=[^}}]*service="{service}")[^}}]*\}} (\S+)$'
+        )
         found = re.search(pattern, metrics_text, re.M)
         return float(found.group(1)) if found else 0.0
 
@@ -74,8 +76,7 @@ async def flood(base_url: str, users: list[tuple[str, str]]) -> list[tuple[int, 
     # aiohttp: a quarter of httpx's client CPU per request, so on these shared
     # cores the client's own slowness weighs less in the latencies it sees.
     connector = aiohttp.TCPConnector(limit=CONCURRENCY + 1)
-    async with aiohttp.ClientSession(base_url, connector=connector,
-                                     timeout=aiohttp.ClientTimeout(total=30)) as client:
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as client:
 
         async def one(i: int) -> tuple[int, float, dict[str, str], Any]:
             name, token = users[i % len(users)]
@@ -118,9 +119,10 @@ def test_a_flood_past_a_tiny_limit_gets_fast_503s_with_retry_after_and_nothing_e
     try:
         users = [api.user("shed") for _ in range(4)]
         api.follow(users[0][1], users[0][0], users[1][0])
-        with httpx.Client(base_url=tiny.url(), timeout=30) as sse, sse.stream(
-            "GET", "/v1/streaming/home", headers={"Authorization": f"Bearer {users[0][1]}"}
-        ) as stream:
+        with (
+            httpx.Client(base_url=tiny.url(), timeout=30) as sse,
+            sse.stream("GET", "/v1/streaming/home", headers={"Authorization": f"Bearer {users[0][1]}"}) as stream,
+        ):
             assert stream.status_code == 200  # streams are not counted ...
             answers = asyncio.run(flood(tiny.url(), users))
             # ... and still open after the flood: a heartbeat arrives (1 s in tests).
@@ -138,8 +140,10 @@ def test_a_flood_past_a_tiny_limit_gets_fast_503s_with_retry_after_and_nothing_e
             assert body["error"]["code"] == "unavailable" and body["error"]["message"]
         latencies = sorted(elapsed for elapsed, *_ in refused)
         p95 = latencies[int(0.95 * (len(latencies) - 1))]
-        print(f"flood: {len(served)} served, {len(refused)} refused; refusals p50 {latencies[len(latencies) // 2]:.3f} s, "
-              f"p95 {p95:.3f} s, max {latencies[-1]:.3f} s")
+        print(
+            f"flood: {len(served)} served, {len(refused)} refused; refusals p50 {latencies[len(latencies) // 2]:.3f} s, "
+            f"p95 {p95:.3f} s, max {latencies[-1]:.3f} s"
+        )
         assert latencies[len(latencies) // 2] < 0.1 and latencies[-1] < 1.0, (p95, latencies[-1])
         # The gateway's own view: refusals waited their 20 ms deadline, plus
         # what the loop lagged on these shared cores; none waited seconds.

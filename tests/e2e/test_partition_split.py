@@ -59,8 +59,9 @@ def moving_name(prefix: str) -> str:
 
 @pytest.fixture
 def split_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
-    system = make_system("real", 26500, tmp_path, real_infra, FANLINE_TOPIC_PARTITIONS=str(BEFORE),
-                         FANLINE_WORKER_REBALANCE_TIMEOUT_S="3")
+    system = make_system(
+        "real", 26500, tmp_path, real_infra, FANLINE_TOPIC_PARTITIONS=str(BEFORE), FANLINE_WORKER_REBALANCE_TIMEOUT_S="3"
+    )
     system.start(timeout=180)
     yield system
     system.stop()
@@ -161,6 +162,7 @@ def test_a_partition_split_mid_stream_leaves_every_home_timeline_exact(split_sys
     system.start_service("fanout-worker")
     second = system.start_worker_replica(1)
     try:
+
         def expected(reader: str) -> set[str]:
             return {t for t, author in live.items() if (reader, author) in follows}
 

@@ -61,14 +61,20 @@ def test_one_relay_is_active_per_outbox_and_a_standby_takes_over(tmp_path: Path)
             return {name: relay_active(url, source) for name, url in urls.items()}
 
         for source in ("tweet-store", "social-graph"):
-            eventually(lambda source=source: sorted(active(source).values()) == [0.0, 1.0], timeout=20,
-                       what=f"one active relay for {source}: {active(source)}")
+            eventually(
+                lambda source=source: sorted(active(source).values()) == [0.0, 1.0],
+                timeout=20,
+                what=f"one active relay for {source}: {active(source)}",
+            )
         holder = max(urls, key=lambda name: relay_active(urls[name], "tweet-store"))
         standby = next(name for name in urls if name != holder)
         system.stop_service(holder)
         stopped = time.monotonic()
-        eventually(lambda: relay_active(urls[standby], "tweet-store") == 1.0, timeout=15,
-                   what=f"{standby} takes over tweet-store's outbox")
+        eventually(
+            lambda: relay_active(urls[standby], "tweet-store") == 1.0,
+            timeout=15,
+            what=f"{standby} takes over tweet-store's outbox",
+        )
         assert time.monotonic() - stopped < 5  # released, not left to lapse
     finally:
         system.stop()
@@ -91,6 +97,7 @@ async def created_counts(bootstrap: str, topic: str, partition_count: int, tweet
         end = await consumer.end_offsets(partitions)
         counts: Counter[str] = Counter()
         deadline = time.monotonic() + 60
+
         async def behind() -> bool:
             return any([await consumer.position(tp) < end[tp] for tp in partitions])
 
@@ -108,8 +115,7 @@ async def created_counts(bootstrap: str, topic: str, partition_count: int, tweet
 
 @pytest.mark.fault
 @pytest.mark.real_infra
-def test_after_a_kafka_outage_each_waiting_event_is_published_once(two_gateways: tuple[System, str],
-                                                                   kafka_control: Any) -> None:
+def test_after_a_kafka_outage_each_waiting_event_is_published_once(two_gateways: tuple[System, str], kafka_control: Any) -> None:
     system, replica = two_gateways
     apis = [Api(system.url()), Api(replica)]
     try:
@@ -125,15 +131,25 @@ def test_after_a_kafka_outage_each_waiting_event_is_published_once(two_gateways:
             time.sleep(4)  # both relays find the events stale (1.5 s) and fail to publish them
         finally:
             kafka_control.start_kafka()
-        eventually(lambda: set(posted) <= set(apis[0].home_ids(reader_token)), timeout=180, interval=1,
-                   what="every tweet posted during the outage delivered")
+        eventually(
+            lambda: set(posted) <= set(apis[0].home_ids(reader_token)),
+            timeout=180,
+            interval=1,
+            what="every tweet posted during the outage delivered",
+        )
         time.sleep(5)  # any second copy would be published by now (sweeps every 0.5 s)
         env = system.env()
-        counts = asyncio.run(created_counts(system.bootstrap, env["FANLINE_EVENTS_TOPIC"],
-                                            int(env.get("FANLINE_TOPIC_PARTITIONS", "8")), {first, *posted}))
+        counts = asyncio.run(
+            created_counts(
+                system.bootstrap, env["FANLINE_EVENTS_TOPIC"], int(env.get("FANLINE_TOPIC_PARTITIONS", "8")), {first, *posted}
+            )
+        )
         assert counts == Counter({tweet_id: 1 for tweet_id in (first, *posted)}), counts
-        eventually(lambda: sum(relay_active(url, "tweet-store") for url in (system.url(), replica)) == 1,
-                   timeout=30, what="exactly one active relay for tweet-store")
+        eventually(
+            lambda: sum(relay_active(url, "tweet-store") for url in (system.url(), replica)) == 1,
+            timeout=30,
+            what="exactly one active relay for tweet-store",
+        )
     finally:
         for api in apis:
             api.close()

@@ -93,8 +93,9 @@ def test_soak_at_steady_mixed_load(soak_system: System) -> None:
     api = Api(system.url())
     posters, readers = setup_users(api, posters=3, readers=3)
     churner = api.user("c")
-    load = SoakLoad(system.url(), posters, readers, post_interval_s=1.0, read_interval_s=1.0,
-                    deadline_s=DEADLINE_S, churner=churner).start()
+    load = SoakLoad(
+        system.url(), posters, readers, post_interval_s=1.0, read_interval_s=1.0, deadline_s=DEADLINE_S, churner=churner
+    ).start()
     events, chunks, _ = topics_of(system)
     group = system.env()["FANLINE_WORKER_GROUP"]
     started = time.monotonic()
@@ -111,26 +112,35 @@ def test_soak_at_steady_mixed_load(soak_system: System) -> None:
         load.stop()
     final = service_rss_kib(system)
     ready = httpx.get(system.url("fanout-worker") + "/readyz", timeout=10)
-    eventually(lambda: group_lag(system.bootstrap, group, [events, chunks]) == 0, timeout=60, interval=1,
-               what="consumer lag back to 0 after the soak")
+    eventually(
+        lambda: group_lag(system.bootstrap, group, [events, chunks]) == 0,
+        timeout=60,
+        interval=1,
+        what="consumer lag back to 0 after the soak",
+    )
     lost, duplicated = verify(api, load, timeout=180)
     growth = {name: (final[name] - warm[name]) / warm[name] for name in warm if name in final}
     worst = max(growth, key=lambda n: growth[n])
     peak = {name: max(s.get(name, 0) for s in [warm, *rss_samples]) for name in warm}
     home_p50, home_p99, _ = load.quantiles("GET /v1/timeline")
     post_p50, post_p99, _ = load.quantiles("POST /v1/tweets")
-    record(FaultRow(
-        f"soak: {SOAK_S / 60:.0f} min steady mixed load (posts, home/public/userline reads, follows/unfollows)",
-        load.sent, load.failed + len(load.unexpected) + load.retried, len(load.acked) + load.churned,
-        lost, duplicated,
-        f"{len(load.acked)} tweets + {load.churned} follows/unfollows acknowledged; RSS growth after {WARM_UP_S:.0f} s warm-up: "
-        + ", ".join(f"{n} {growth[n] * 100:+.1f} % ({final[n] // 1024} MiB)" for n in sorted(growth))
-        + f"; max lag sampled {max(lags, default=0)}, 0 at the end; p50/p99 post {post_p50 * 1000:.0f}/"
-        f"{post_p99 * 1000:.0f} ms, home {home_p50 * 1000:.0f}/{home_p99 * 1000:.0f} ms"))
+    record(
+        FaultRow(
+            f"soak: {SOAK_S / 60:.0f} min steady mixed load (posts, home/public/userline reads, follows/unfollows)",
+            load.sent,
+            load.failed + len(load.unexpected) + load.retried,
+            len(load.acked) + load.churned,
+            lost,
+            duplicated,
+            f"{len(load.acked)} tweets + {load.churned} follows/unfollows acknowledged; RSS growth after {WARM_UP_S:.0f} s warm-up: "
+            + ", ".join(f"{n} {growth[n] * 100:+.1f} % ({final[n] // 1024} MiB)" for n in sorted(growth))
+            + f"; max lag sampled {max(lags, default=0)}, 0 at the end; p50/p99 post {post_p50 * 1000:.0f}/"
+            f"{post_p99 * 1000:.0f} ms, home {home_p50 * 1000:.0f}/{home_p99 * 1000:.0f} ms",
+        )
+    )
     assert load.retried == 0 and load.failed == 0, load.errors[:10]
     assert not load.unexpected, load.unexpected[:10]
     assert ready.status_code == 200, ready.text
     assert (lost, duplicated) == (0, 0)
-    assert growth[worst] < MAX_GROWTH, f"{worst} grew {growth[worst] * 100:.1f} % (warm {warm}, final {final}, " \
-                                       f"peak {peak})"
+    assert growth[worst] < MAX_GROWTH, f"{worst} grew {growth[worst] * 100:.1f} % (warm {warm}, final {final}, peak {peak})"
     api.close()

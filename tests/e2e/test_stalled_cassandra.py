@@ -42,12 +42,20 @@ def control_of(real_infra: Any) -> Any:
 
 
 def test_cassandra_paused_then_killed_is_refused_within_the_deadline_and_nothing_acknowledged_is_lost(
-        fault_system: System, real_infra: Any) -> None:
+    fault_system: System, real_infra: Any
+) -> None:
     control = control_of(real_infra)
     api = Api(fault_system.url())
     posters, readers = setup_users(api, posters=1, readers=1)
-    load = TimedLoad(fault_system.url(), posters, readers, post_interval_s=0.5, read_interval_s=1.0,
-                     op_deadline_s=300.0, deadline_s=DEADLINE_S + SLACK_S).start()
+    load = TimedLoad(
+        fault_system.url(),
+        posters,
+        readers,
+        post_interval_s=0.5,
+        read_interval_s=1.0,
+        op_deadline_s=300.0,
+        deadline_s=DEADLINE_S + SLACK_S,
+    ).start()
     marks: dict[str, float] = {}
     try:
         time.sleep(5)
@@ -62,8 +70,12 @@ def test_cassandra_paused_then_killed_is_refused_within_the_deadline_and_nothing
         marks["restarted"] = time.monotonic()
         refused_by_then = load.refused
         acked_at_restart = len(load.acked)
-        eventually(lambda: len(load.acked) > acked_at_restart, timeout=120, interval=0.5,
-                   what="posting works again after Cassandra's restart, no service restarted")
+        eventually(
+            lambda: len(load.acked) > acked_at_restart,
+            timeout=120,
+            interval=0.5,
+            what="posting works again after Cassandra's restart, no service restarted",
+        )
         marks["recovered"] = time.monotonic()
         time.sleep(5)
     finally:
@@ -78,19 +90,25 @@ def test_cassandra_paused_then_killed_is_refused_within_the_deadline_and_nothing
     lost, duplicated = verify(api, load, timeout=180)
     slowest = load.slowest()
     unavailable_s = marks["recovered"] - marks["paused"]
-    record(FaultRow(
-        f"Cassandra paused (SIGSTOP) {PAUSE_S:.0f} s, then SIGKILLed, restarted after {DOWN_S:.0f} s",
-        load.sent, load.failed + len(load.unexpected), len(load.acked), lost, duplicated,
-        f"{refused_by_then} refused with 503 + Retry-After while stalled or down, slowest answer "
-        f"{slowest[2]:.2f} s (deadline {DEADLINE_S:.0f} s); Cassandra back in "
-        f"{marks['restarted'] - marks['killed']:.0f} s, posts succeed {marks['recovered'] - marks['restarted']:.0f} s "
-        f"later; refused posts retried with their key"))
+    record(
+        FaultRow(
+            f"Cassandra paused (SIGSTOP) {PAUSE_S:.0f} s, then SIGKILLed, restarted after {DOWN_S:.0f} s",
+            load.sent,
+            load.failed + len(load.unexpected),
+            len(load.acked),
+            lost,
+            duplicated,
+            f"{refused_by_then} refused with 503 + Retry-After while stalled or down, slowest answer "
+            f"{slowest[2]:.2f} s (deadline {DEADLINE_S:.0f} s); Cassandra back in "
+            f"{marks['restarted'] - marks['killed']:.0f} s, posts succeed {marks['recovered'] - marks['restarted']:.0f} s "
+            f"later; refused posts retried with their key",
+        )
+    )
     assert acked_before > 0
     assert load.refused > 0, "Cassandra's pause was never noticed"
     assert not load.unexpected, load.unexpected[:10]
     assert load.transport_errors == 0, load.errors[:10]
     assert load.failed == 0, load.errors[:10]
     assert (lost, duplicated) == (0, 0)
-    print(f"\nCassandra unavailable {unavailable_s:.0f} s: {load.sent} requests, {load.refused} refused, "
-          f"slowest {slowest}")
+    print(f"\nCassandra unavailable {unavailable_s:.0f} s: {load.sent} requests, {load.refused} refused, slowest {slowest}")
     api.close()

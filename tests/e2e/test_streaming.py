@@ -29,8 +29,14 @@ class Streams:
         self.base_url = base_url
         self.opened: list[Listener] = []
 
-    def open(self, path: str = "/v1/streaming/home", token: str | None = None, base_url: str | None = None,
-             last_event_id: str | None = None, cookies: dict[str, str] | None = None) -> Listener:
+    def open(
+        self,
+        path: str = "/v1/streaming/home",
+        token: str | None = None,
+        base_url: str | None = None,
+        last_event_id: str | None = None,
+        cookies: dict[str, str] | None = None,
+    ) -> Listener:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id

@@ -27,19 +27,32 @@ pytestmark = [pytest.mark.e2e]
 # enumerates every route of the apps.
 INTERNAL = {
     "social-graph": [
-        ("POST", "/internal/users"), ("GET", "/internal/users"), ("GET", "/internal/users/alice"),
-        ("GET", "/internal/users/alice/followers"), ("PUT", "/internal/users/alice/following/bob"),
-        ("DELETE", "/internal/users/alice/following/bob"), ("POST", "/internal/sessions"),
-        ("GET", "/internal/sessions/current"), ("DELETE", "/internal/sessions/current"),
-        ("GET", "/internal/outbox"), ("POST", "/internal/outbox/ack"),
+        ("POST", "/internal/users"),
+        ("GET", "/internal/users"),
+        ("GET", "/internal/users/alice"),
+        ("GET", "/internal/users/alice/followers"),
+        ("PUT", "/internal/users/alice/following/bob"),
+        ("DELETE", "/internal/users/alice/following/bob"),
+        ("POST", "/internal/sessions"),
+        ("GET", "/internal/sessions/current"),
+        ("DELETE", "/internal/sessions/current"),
+        ("GET", "/internal/outbox"),
+        ("POST", "/internal/outbox/ack"),
     ],
     "tweet-store": [
-        ("POST", "/internal/tweets"), ("GET", "/internal/tweets/1044da6b-e61b-11f1-9151-88a70954b0ca"),
+        ("POST", "/internal/tweets"),
+        ("GET", "/internal/tweets/1044da6b-e61b-11f1-9151-88a70954b0ca"),
         ("DELETE", "/internal/tweets/1044da6b-e61b-11f1-9151-88a70954b0ca?actor=alice"),
-        ("GET", "/internal/public"), ("GET", "/internal/userline/alice"), ("GET", "/internal/home/alice"),
-        ("POST", "/internal/home/add"), ("POST", "/internal/home/remove"),
-        ("POST", "/internal/home/alice/merge"), ("POST", "/internal/home/alice/purge"),
-        ("GET", "/internal/counts?usernames=alice"), ("GET", "/internal/outbox"), ("POST", "/internal/outbox/ack"),
+        ("GET", "/internal/public"),
+        ("GET", "/internal/userline/alice"),
+        ("GET", "/internal/home/alice"),
+        ("POST", "/internal/home/add"),
+        ("POST", "/internal/home/remove"),
+        ("POST", "/internal/home/alice/merge"),
+        ("POST", "/internal/home/alice/purge"),
+        ("GET", "/internal/counts?usernames=alice"),
+        ("GET", "/internal/outbox"),
+        ("POST", "/internal/outbox/ack"),
     ],
 }
 
@@ -61,8 +74,22 @@ def test_internal_routes_refuse_callers_without_the_credential(system: System, a
         assert client.get(system.url("tweet-store") + "/healthz").status_code == 200
 
 
-@pytest.mark.parametrize("name", ["carol\n", "carol\r", "\ncarol", "car\tol", "carol\u200b", "\u200bcarol",
-                                  "car\u00adol", "carol\x00", "ca\u202erol", "carol\ufeff", "ｃarol"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "carol\n",
+        "carol\r",
+        "\ncarol",
+        "car\tol",
+        "carol\u200b",
+        "\u200bcarol",
+        "car\u00adol",
+        "carol\x00",
+        "ca\u202erol",
+        "carol\ufeff",
+        "ｃarol",
+    ],
+)
 def test_usernames_with_control_or_invisible_characters_are_422(api: Api, name: str) -> None:
     r = api.request("POST", "/v1/users", json={"username": name, "password": "correct horse"})
     assert r.status_code == 422, (name, r.text)
@@ -71,23 +98,41 @@ def test_usernames_with_control_or_invisible_characters_are_422(api: Api, name: 
     assert r.status_code == 401, r.text
 
 
-CRAFTED_COOKIES = ['fanline_session="a\\012b"', 'fanline_session="a\\015\\012b"', 'fanline_session="\\000"',
-                   'fanline_session=a b', 'fanline_session=' + "x" * 5000, 'fanline_session="é"',
-                   'fanline_csrf="a\\012b"; fanline_session=zz.zz', 'fanline_session="\\"', '=;;=; ;fanline_session']
+CRAFTED_COOKIES = [
+    'fanline_session="a\\012b"',
+    'fanline_session="a\\015\\012b"',
+    'fanline_session="\\000"',
+    "fanline_session=a b",
+    "fanline_session=" + "x" * 5000,
+    'fanline_session="é"',
+    'fanline_csrf="a\\012b"; fanline_session=zz.zz',
+    'fanline_session="\\"',
+    "=;;=; ;fanline_session",
+]
 
 
 @pytest.mark.parametrize("cookie", CRAFTED_COOKIES)
 def test_crafted_cookies_never_produce_a_500(api: Api, cookie: str) -> None:
-    for method, path in (("GET", "/"), ("GET", "/public"), ("GET", "/find?q=a"), ("GET", "/login"),
-                         ("POST", "/logout"), ("POST", "/tweets"), ("GET", "/v1/public"), ("GET", "/v1/timeline")):
+    for method, path in (
+        ("GET", "/"),
+        ("GET", "/public"),
+        ("GET", "/find?q=a"),
+        ("GET", "/login"),
+        ("POST", "/logout"),
+        ("POST", "/tweets"),
+        ("GET", "/v1/public"),
+        ("GET", "/v1/timeline"),
+    ):
         r = api.request(method, path, headers={"Cookie": cookie.encode("utf-8")})
         assert r.status_code < 500, (cookie, method, path, r.status_code, r.text[:300])
 
 
 # (an HTTP client cannot send most control characters in a header; the
 # cookie's quoted-string escapes above are how they arrive)
-@pytest.mark.parametrize("authorization", ["Bearer a\tb", "Bearer " + "é" * 10, "Bearer a.b c", "Bearer \x85",
-                                           "Basic abc", "Bearer", "Bearer " + "x" * 1000])
+@pytest.mark.parametrize(
+    "authorization",
+    ["Bearer a\tb", "Bearer " + "é" * 10, "Bearer a.b c", "Bearer \x85", "Basic abc", "Bearer", "Bearer " + "x" * 1000],
+)
 def test_crafted_authorization_headers_are_401_not_500(api: Api, authorization: str) -> None:
     for method, path in (("GET", "/v1/timeline"), ("POST", "/v1/tweets"), ("DELETE", "/v1/sessions/current")):
         r = api.request(method, path, headers={"Authorization": authorization.encode("utf-8")}, json={"body": "x"})
@@ -96,10 +141,15 @@ def test_crafted_authorization_headers_are_401_not_500(api: Api, authorization: 
 
 def test_every_405_carries_allow(api: Api) -> None:
     cases = {
-        "/v1/public": {"GET", "HEAD"}, "/v1/users": {"GET", "HEAD", "POST"}, "/v1/tweets": {"POST"},
-        "/v1/sessions/current": {"DELETE"}, "/v1/users/alice/following/bob": {"PUT", "DELETE"},
+        "/v1/public": {"GET", "HEAD"},
+        "/v1/users": {"GET", "HEAD", "POST"},
+        "/v1/tweets": {"POST"},
+        "/v1/sessions/current": {"DELETE"},
+        "/v1/users/alice/following/bob": {"PUT", "DELETE"},
         "/v1/tweets/1044da6b-e61b-11f1-9151-88a70954b0ca": {"GET", "HEAD", "DELETE"},
-        "/openapi.json": {"GET", "HEAD"}, "/login": {"GET", "HEAD", "POST"}, "/logout": {"POST"},
+        "/openapi.json": {"GET", "HEAD"},
+        "/login": {"GET", "HEAD", "POST"},
+        "/logout": {"POST"},
     }
     for path, allowed in cases.items():
         method = "PATCH"

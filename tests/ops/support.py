@@ -79,10 +79,17 @@ class Prometheus:
         log_dir.mkdir(parents=True, exist_ok=True)
         log = open(log_dir / f"prometheus-{self.port}.log", "ab")  # handed to the child, closed below
         self.proc = subprocess.Popen(
-            [tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
-             "--web.enable-lifecycle"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                tool("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--web.enable-lifecycle",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -169,8 +176,7 @@ def generate_load(api_url: str, users: int = 4) -> LoadReport:
         api.close()
 
 
-async def _produce(bootstrap: str, topic: str, key: bytes, value: bytes,
-                   headers: list[tuple[str, bytes]] | None = None) -> None:
+async def _produce(bootstrap: str, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None = None) -> None:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)

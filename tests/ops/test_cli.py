@@ -24,8 +24,9 @@ pytestmark = [pytest.mark.e2e]
 
 
 def fanline(system: System, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "fanline"), *args], env=system.env(), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(VENV_BIN / "fanline"), *args], env=system.env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -51,8 +52,7 @@ def test_migrate_runs_both_services_migrations(ops_system: System) -> None:
     assert "social-graph: schema up to date (embedded)" in out
     assert "tweet-store: schema up to date (embedded)" in out
     # idempotent, and one service at a time
-    assert ok(fanline(ops_system, "migrate", "--service", "tweet-store")).strip() == \
-        "tweet-store: schema up to date (embedded)"
+    assert ok(fanline(ops_system, "migrate", "--service", "tweet-store")).strip() == "tweet-store: schema up to date (embedded)"
 
 
 def test_topics_ensure_and_verify(ops_system: System) -> None:
@@ -64,24 +64,42 @@ def test_topics_ensure_and_verify(ops_system: System) -> None:
 
 def test_topics_verify_fails_on_a_missing_topic(ops_system: System) -> None:
     env = {**ops_system.env(), "FANLINE_DLQ_TOPIC": f"missing.{uuid.uuid4().hex[:6]}"}
-    done = subprocess.run([str(VENV_BIN / "fanline"), "topics", "verify"], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [str(VENV_BIN / "fanline"), "topics", "verify"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "MISSING" in done.stdout
 
 
 def test_an_unreachable_broker_is_exit_code_2(ops_system: System) -> None:
     env = {**ops_system.env(), "FANLINE_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
-    done = subprocess.run([str(VENV_BIN / "fanline"), "topics", "verify"], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [str(VENV_BIN / "fanline"), "topics", "verify"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 2
     assert "kafka unavailable" in done.stderr
 
 
 def test_sample_data_creates_users_follows_and_tweets(ops_system: System, api: Api) -> None:
     prefix = f"sd{uuid.uuid4().hex[:4]}_"
-    done = fanline(ops_system, "sample-data", "--users", "6", "--follows-per-user", "2", "--tweets-per-user", "3",
-                   "--api", ops_system.url(), "--prefix", prefix, "--seed", "7", "--concurrency", "4")
+    done = fanline(
+        ops_system,
+        "sample-data",
+        "--users",
+        "6",
+        "--follows-per-user",
+        "2",
+        "--tweets-per-user",
+        "3",
+        "--api",
+        ops_system.url(),
+        "--prefix",
+        prefix,
+        "--seed",
+        "7",
+        "--concurrency",
+        "4",
+    )
     out = ok(done)
     assert "6 users, 12 follows, 18 tweets" in out
     assert "100%" in done.stderr and "tweet" in done.stderr, "a progress bar on stderr"
@@ -98,8 +116,20 @@ def test_sample_data_creates_users_follows_and_tweets(ops_system: System, api: A
 
 def test_sample_data_is_rerunnable_with_the_same_prefix(ops_system: System) -> None:
     prefix = f"sr{uuid.uuid4().hex[:4]}_"
-    args = ("sample-data", "--users", "3", "--follows-per-user", "1", "--tweets-per-user", "1",
-            "--api", ops_system.url(), "--prefix", prefix, "--quiet")
+    args = (
+        "sample-data",
+        "--users",
+        "3",
+        "--follows-per-user",
+        "1",
+        "--tweets-per-user",
+        "1",
+        "--api",
+        ops_system.url(),
+        "--prefix",
+        prefix,
+        "--quiet",
+    )
     ok(fanline(ops_system, *args))
     assert "3 users, 3 follows, 3 tweets" in ok(fanline(ops_system, *args))
 
@@ -116,8 +146,11 @@ def test_rebuild_home_restores_a_damaged_home_timeline(ops_system: System, api: 
     # lose rows (as if written to a replica that was later replaced)
     tweet_store = ops_system.url("tweet-store")
     for tweet_id in tweets[:5]:
-        r = httpx.post(f"{tweet_store}/internal/home/remove", json={"tweet_id": tweet_id, "owners": [reader]},
-                       headers=ops_system.internal_headers())
+        r = httpx.post(
+            f"{tweet_store}/internal/home/remove",
+            json={"tweet_id": tweet_id, "owners": [reader]},
+            headers=ops_system.internal_headers(),
+        )
         assert r.status_code == 204, r.text
     assert set(api.home_ids(reader_token)) == set(tweets[5:])
 
@@ -191,17 +224,28 @@ def test_dlq_replay_of_a_recoverable_event_is_applied(ops_system: System, api: A
     tweet = api.post(followee_token, "posted before the follow")["id"]
     api.follow(follower_token, follower, followee)
     eventually(lambda: tweet in api.home_ids(follower_token), timeout=60, what="follow merged")
-    r = httpx.post(f"{ops_system.url('tweet-store')}/internal/home/remove",
-                   json={"tweet_id": tweet, "owners": [follower]}, headers=ops_system.internal_headers())
+    r = httpx.post(
+        f"{ops_system.url('tweet-store')}/internal/home/remove",
+        json={"tweet_id": tweet, "owners": [follower]},
+        headers=ops_system.internal_headers(),
+    )
     assert r.status_code == 204, r.text
     assert tweet not in api.home_ids(follower_token)
 
     event = {
-        "type": "Followed", "version": 1, "event_id": str(uuid.uuid1()),
-        "occurred_at": "2026-01-01T00:00:00Z", "data": {"follower": follower, "followee": followee},
+        "type": "Followed",
+        "version": 1,
+        "event_id": str(uuid.uuid1()),
+        "occurred_at": "2026-01-01T00:00:00Z",
+        "data": {"follower": follower, "followee": followee},
     }
-    headers = [("error.reason", b"error"), ("error.detail", b"RuntimeError: simulated outage"),
-               ("origin.topic", b"fanline.events"), ("origin.partition", b"0"), ("origin.offset", b"0")]
+    headers = [
+        ("error.reason", b"error"),
+        ("error.detail", b"RuntimeError: simulated outage"),
+        ("origin.topic", b"fanline.events"),
+        ("origin.partition", b"0"),
+        ("origin.offset", b"0"),
+    ]
     produce(ops_system.bootstrap, "fanline.events.dlq", followee.lower().encode(), json.dumps(event).encode(), headers)
     assert len(dead_letters(ops_system, followee.lower())) == 1
 

@@ -89,8 +89,12 @@ def all_targets() -> list[Target]:
 
 def substitute(expr: str, instance: str) -> str:
     """What Grafana sends: template variables and interval macros filled in."""
-    return (expr.replace("$__rate_interval", "1m").replace("$__range", "10m")
-            .replace("$__interval", "5s").replace("$instance", instance))
+    return (
+        expr.replace("$__rate_interval", "1m")
+        .replace("$__range", "10m")
+        .replace("$__interval", "5s")
+        .replace("$instance", instance)
+    )
 
 
 def cases() -> list[Any]:
@@ -102,8 +106,11 @@ def cases() -> list[Any]:
                 continue
             case_marks = list(marks)
             if EXPORTER_METRIC.search(target.expr):
-                case_marks.append(pytest.mark.skip(
-                    reason="kafka-exporter metric: the exporter runs in compose only and cannot be installed offline"))
+                case_marks.append(
+                    pytest.mark.skip(
+                        reason="kafka-exporter metric: the exporter runs in compose only and cannot be installed offline"
+                    )
+                )
             params.append(pytest.param(backend, target, id=f"{backend}:{target.id}", marks=case_marks))
     return params
 
@@ -127,7 +134,8 @@ class Observed:
 
 def observe(system: System, backend: str, workdir: Path) -> Iterator[Observed]:
     prometheus = Prometheus(
-        port=PROMETHEUS_PORTS[backend], workdir=workdir,
+        port=PROMETHEUS_PORTS[backend],
+        workdir=workdir,
         targets={job: f"127.0.0.1:{system.ports[service]}" for job, service in JOBS.items()},
         rule_files=[ALERTS],
     )
@@ -135,8 +143,11 @@ def observe(system: System, backend: str, workdir: Path) -> Iterator[Observed]:
     try:
         eventually(lambda: len(prometheus.query("up == 1")) == len(JOBS), timeout=30, what="every target up")
         # let Prometheus see the pre-load values (e.g. the dead-letter counter at 0)
-        eventually(lambda: prometheus.has('fanline_events_dead_lettered_total{reason="invalid_event"}'),
-                   timeout=30, what="the dead-letter counter exported at 0")
+        eventually(
+            lambda: prometheus.has('fanline_events_dead_lettered_total{reason="invalid_event"}'),
+            timeout=30,
+            what="the dead-letter counter exported at 0",
+        )
         dead = 'fanline_events_dead_lettered_total{reason="invalid_event"}'
         before = float(prometheus.query(dead)[0]["value"][1])  # other tests may have dead-lettered already
         load = generate_load(system.url())
@@ -208,8 +219,11 @@ def test_the_replica_variable_lists_the_worker(backend: str, request: pytest.Fix
     """The fan-out dashboard's `instance` variable (label_values of this
     selector) finds the running worker replica."""
     observed: Observed = request.getfixturevalue(f"observed_{backend}")
-    variable = next(v for v in json.loads((DASHBOARD_DIR / "fanout-workers.json").read_text())["templating"]["list"]
-                    if v["name"] == "instance")
+    variable = next(
+        v
+        for v in json.loads((DASHBOARD_DIR / "fanout-workers.json").read_text())["templating"]["list"]
+        if v["name"] == "instance"
+    )
     selector = re.fullmatch(r"label_values\((.+), instance\)", variable["query"]["query"])
     assert selector, variable
     instances = {r["metric"]["instance"] for r in observed.prometheus.query(selector.group(1))}
@@ -217,9 +231,7 @@ def test_the_replica_variable_lists_the_worker(backend: str, request: pytest.Fix
 
 
 @pytest.mark.parametrize("backend", ["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
-def test_alert_rules_evaluate_and_the_poison_message_fires_the_dlq_alert(
-    backend: str, request: pytest.FixtureRequest
-) -> None:
+def test_alert_rules_evaluate_and_the_poison_message_fires_the_dlq_alert(backend: str, request: pytest.FixtureRequest) -> None:
     observed: Observed = request.getfixturevalue(f"observed_{backend}")
     prometheus = observed.prometheus
 

@@ -95,9 +95,18 @@ def schema_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kubeconform(manifests: str, schemas: Path) -> tuple[int, list[dict[str, Any]], str]:
     done = run_tool(
-        [tool("kubeconform"), "-strict", "-summary", "-output", "json",
-         "-schema-location", str(schemas / "{{ .ResourceKind }}{{ .KindSuffix }}.json"), "-"],
-        input=manifests, timeout=120,
+        [
+            tool("kubeconform"),
+            "-strict",
+            "-summary",
+            "-output",
+            "json",
+            "-schema-location",
+            str(schemas / "{{ .ResourceKind }}{{ .KindSuffix }}.json"),
+            "-",
+        ],
+        input=manifests,
+        timeout=120,
     )
     try:
         report = json.loads(done.stdout)
@@ -114,8 +123,7 @@ def kubeconform(manifests: str, schemas: Path) -> tuple[int, list[dict[str, Any]
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_kustomize_renders_and_kubeconform_accepts(overlay: str, schema_dir: Path) -> None:
     code, resources, summary = kubeconform(rendered(overlay), schema_dir)
-    problems = [f"{r['kind']}/{r['name']}: {r['status']} {r.get('msg', '')}" for r in resources
-                if r["status"] != "statusValid"]
+    problems = [f"{r['kind']}/{r['name']}: {r['status']} {r.get('msg', '')}" for r in resources if r["status"] != "statusValid"]
     assert code == 0 and not problems, "\n".join(problems) or summary
     assert json.loads(summary)["valid"] == len(objects(overlay)), summary
 
@@ -215,8 +223,11 @@ def test_probes_resources_and_hardening(overlay: str) -> None:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == 10001, "the Dockerfiles' fanline user"
-        assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                        "capabilities": {"drop": ["ALL"]}}
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }
         assert {"configMapRef": {"name": "fanline-config"}} in c["envFrom"]
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/port"] == str(SERVICES[name])
@@ -252,14 +263,18 @@ def test_only_the_dev_overlay_ships_secrets_and_production_refuses_placeholders(
 def test_only_the_gateway_and_the_worker_reach_the_storage_services(overlay: str) -> None:
     policies = by_kind(overlay, "NetworkPolicy")
     for name, port in (("social-graph", 8001), ("tweet-store", 8002)):
-        (policy,) = [p for p in policies.values()
-                     if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}]
+        (policy,) = [
+            p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+        ]
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         (rule,) = policy["spec"]["ingress"]
         assert rule["ports"] == [{"protocol": "TCP", "port": port}]
         sources = rule["from"]
-        assert sources[0] == {"podSelector": {"matchExpressions": [
-            {"key": "app.kubernetes.io/name", "operator": "In", "values": ["api", "fanout-worker"]}]}}
+        assert sources[0] == {
+            "podSelector": {
+                "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["api", "fanout-worker"]}]
+            }
+        }
         assert sources[1] == {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
         assert sources[2]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
         assert len(sources) == 3
@@ -296,8 +311,12 @@ def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
         assert job["spec"]["ttlSecondsAfterFinished"] > 0, "finished Jobs must go, or the next apply fails"
     script = " ".join(container(jobs["kafka-topics"])["args"])
-    for needle in ('"$FANLINE_EVENTS_TOPIC"', '"$FANLINE_DLQ_TOPIC"', '--partitions "$FANLINE_TOPIC_PARTITIONS"',
-                   "--if-not-exists"):
+    for needle in (
+        '"$FANLINE_EVENTS_TOPIC"',
+        '"$FANLINE_DLQ_TOPIC"',
+        '--partitions "$FANLINE_TOPIC_PARTITIONS"',
+        "--if-not-exists",
+    ):
         assert needle in script
 
 

@@ -57,10 +57,21 @@ def test_promtool_unit_tests_of_the_alerts() -> None:
 
 
 def test_the_unit_tests_cover_the_key_alerts() -> None:
-    tested = {case["alertname"] for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
-              for case in test.get("alert_rule_test", []) if case.get("exp_alerts")}
-    required = {"FanlineEventsDeadLettered", "FanlineConsumerLagGrowing", "FanlineFanoutStalled",
-                "FanlineDeliveryLagHigh", "FanlineHighErrorRate", "FanlineTargetDown", "FanlineNoFanoutWorker"}
+    tested = {
+        case["alertname"]
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for case in test.get("alert_rule_test", [])
+        if case.get("exp_alerts")
+    }
+    required = {
+        "FanlineEventsDeadLettered",
+        "FanlineConsumerLagGrowing",
+        "FanlineFanoutStalled",
+        "FanlineDeliveryLagHigh",
+        "FanlineHighErrorRate",
+        "FanlineTargetDown",
+        "FanlineNoFanoutWorker",
+    }
     assert required <= tested, f"no firing test for {required - tested}"
 
 

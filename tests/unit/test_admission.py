@@ -58,8 +58,7 @@ async def test_a_waiter_that_gets_no_slot_within_the_deadline_is_refused_at_the_
 
 async def test_after_a_refusal_at_the_deadline_a_full_gate_refuses_at_once_for_a_while() -> None:
     now = [0.0]
-    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=0.02, fast_refusal_s=1.0),
-                clock=lambda: now[0])
+    gate = Gate(policy(max_in_flight=1, max_queue=10, queue_deadline_s=0.02, fast_refusal_s=1.0), clock=lambda: now[0])
     await gate.enter()
     with pytest.raises(Overloaded) as first:
         await gate.enter()  # waits its 20 ms, then refused
@@ -180,8 +179,17 @@ async def test_many_at_once_never_more_than_the_limit_in_flight() -> None:
 
 
 def adaptive(**kw: object) -> AdmissionPolicy:
-    return policy(**{"max_in_flight": 40, "max_queue": 100, "latency_tolerance": 2.0, "latency_slack_s": 0.0,
-                     "adapt_samples": 4, "min_in_flight": 4, **kw})
+    return policy(
+        **{
+            "max_in_flight": 40,
+            "max_queue": 100,
+            "latency_tolerance": 2.0,
+            "latency_slack_s": 0.0,
+            "adapt_samples": 4,
+            "min_in_flight": 4,
+            **kw,
+        }
+    )
 
 
 def teach(gate: Gate, latency_s: float, windows: int = 1, *, busy: bool = True) -> None:
@@ -299,8 +307,7 @@ def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette
     async def healthz(_: Request) -> Response:
         return Response("alive")
 
-    app = Starlette(routes=[Route("/v1/slow/{name}", slow), Route("/healthz", healthz),
-                            Route("/v1/streaming/home", slow)])
+    app = Starlette(routes=[Route("/v1/slow/{name}", slow), Route("/healthz", healthz), Route("/v1/streaming/home", slow)])
     app.add_middleware(AdmissionMiddleware, policy=p, service=service)
     return app
 
@@ -308,8 +315,9 @@ def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette
 async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast() -> None:
     hold = asyncio.Event()
     service = "unit-admission-a"
-    app = app_with(policy(max_in_flight=2, max_queue=2, queue_deadline_s=0.05, exempt_prefixes=("/v1/streaming/",)),
-                   service, hold)
+    app = app_with(
+        policy(max_in_flight=2, max_queue=2, queue_deadline_s=0.05, exempt_prefixes=("/v1/streaming/",)), service, hold
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         held = [asyncio.create_task(client.get(f"/v1/slow/u{i}")) for i in range(2)]
         await asyncio.sleep(0.01)
@@ -334,8 +342,7 @@ async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast
         assert r.headers["retry-after"] == "1"
         assert r.headers[OVERLOADED_HEADER.lower()] == service
     labels = {"service": service, "route": "/v1/slow/{name}"}
-    shed = sum(sample("fanline_admission_shed_total", {**labels, "reason": reason})
-               for reason in ("deadline", "queue_full"))
+    shed = sum(sample("fanline_admission_shed_total", {**labels, "reason": reason}) for reason in ("deadline", "queue_full"))
     assert shed == 5
     assert sample("fanline_admission_shed_total", {**labels, "reason": "queue_full"}) == 3  # 2 waited, 3 could not
     assert sample("fanline_http_requests_total", {**labels, "method": "GET", "status": "503"}) == 5
@@ -357,17 +364,29 @@ async def test_off_when_max_in_flight_is_zero() -> None:
 
 
 def test_settings_override_the_named_policy_and_refuse_nonsense() -> None:
-    p = admission_policy(Env({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "3", "FANLINE_ADMISSION_QUEUE_DEADLINE_S": "0.02",
-                              "FANLINE_ADMISSION_MAX_QUEUE": "7", "FANLINE_ADMISSION_RETRY_AFTER_S": "2",
-                              "FANLINE_ADMISSION_FAST_REFUSAL_S": "0"}),
-                         GATEWAY_ADMISSION)
+    p = admission_policy(
+        Env(
+            {
+                "FANLINE_ADMISSION_MAX_IN_FLIGHT": "3",
+                "FANLINE_ADMISSION_QUEUE_DEADLINE_S": "0.02",
+                "FANLINE_ADMISSION_MAX_QUEUE": "7",
+                "FANLINE_ADMISSION_RETRY_AFTER_S": "2",
+                "FANLINE_ADMISSION_FAST_REFUSAL_S": "0",
+            }
+        ),
+        GATEWAY_ADMISSION,
+    )
     assert (p.max_in_flight, p.queue_deadline_s, p.max_queue, p.retry_after_s, p.fast_refusal_s) == (3, 0.02, 7, 2, 0)
     assert p.exempt_prefixes == GATEWAY_ADMISSION.exempt_prefixes
     assert admission_policy(Env({}), GATEWAY_ADMISSION) == GATEWAY_ADMISSION
     assert admission_policy(Env({"FANLINE_ADMISSION_LATENCY_TOLERANCE": "0"}), GATEWAY_ADMISSION).latency_tolerance == 0
     assert GATEWAY_ADMISSION.latency_tolerance >= 1  # the edge adapts by default
-    for bad in ({"FANLINE_ADMISSION_MAX_IN_FLIGHT": "-1"}, {"FANLINE_ADMISSION_QUEUE_DEADLINE_S": "soon"},
-                {"FANLINE_ADMISSION_RETRY_AFTER_S": "0"}, {"FANLINE_ADMISSION_LATENCY_TOLERANCE": "0.5"}):
+    for bad in (
+        {"FANLINE_ADMISSION_MAX_IN_FLIGHT": "-1"},
+        {"FANLINE_ADMISSION_QUEUE_DEADLINE_S": "soon"},
+        {"FANLINE_ADMISSION_RETRY_AFTER_S": "0"},
+        {"FANLINE_ADMISSION_LATENCY_TOLERANCE": "0.5"},
+    ):
         with pytest.raises(ConfigError):
             admission_policy(Env(bad), GATEWAY_ADMISSION)
 

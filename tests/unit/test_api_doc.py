@@ -50,12 +50,31 @@ def test_every_documented_route_is_in_openapi_and_vice_versa() -> None:
 
 def test_the_reference_covers_every_section_of_the_contract() -> None:
     headings = [line.lstrip("#").strip() for line in API_DOC.read_text().splitlines() if line.startswith("#")]
-    for section in ("Errors", "Authentication", "Users", "Tweets", "Timelines", "Large accounts", "Newer than",
-                    "Live updates", "Rate limits", "Operations"):
+    for section in (
+        "Errors",
+        "Authentication",
+        "Users",
+        "Tweets",
+        "Timelines",
+        "Large accounts",
+        "Newer than",
+        "Live updates",
+        "Rate limits",
+        "Operations",
+    ):
         assert any(h.startswith(section) for h in headings), section
     text = API_DOC.read_text()
-    for header in ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "Allow",
-                   "X-Forwarded-For", "FANLINE_TRUSTED_PROXIES", "Idempotency-Key", "Last-Event-ID"):
+    for header in (
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "Retry-After",
+        "Allow",
+        "X-Forwarded-For",
+        "FANLINE_TRUSTED_PROXIES",
+        "Idempotency-Key",
+        "Last-Event-ID",
+    ):
         assert header in text, header
 
 

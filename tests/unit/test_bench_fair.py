@@ -81,9 +81,13 @@ def test_old_keys_stay_and_new_keys_are_required() -> None:
     old = json.loads(committed.read_text())
     missing = results.missing_keys(old)
     # a document written before issue 18 lacks only issue 18's keys (and later issues' sections)
-    assert not [k for k in missing if k.split(".")[0] in ("post_latency_ms", "fanout_rows_per_s", "timeline_read_ms",
-                                                         "delivery_lag_ms", "scaling_rows_per_s")
-                and k != "fanout_rows_per_s.cassandra_stress_rows"]
+    assert not [
+        k
+        for k in missing
+        if k.split(".")[0]
+        in ("post_latency_ms", "fanout_rows_per_s", "timeline_read_ms", "delivery_lag_ms", "scaling_rows_per_s")
+        and k != "fanout_rows_per_s.cassandra_stress_rows"
+    ]
     assert "ratios.worker_vs_ceiling.median" in results.SCHEMA
     assert not results.missing_keys(results.empty_result())
     keys = {t.key for t in results.evaluate_targets(old)}
@@ -146,7 +150,7 @@ def test_stress_profile_writes_batched_home_timeline_rows() -> None:
 
 def test_page_says_not_yet_measured_until_a_run_exists() -> None:
     md = report.render_markdown(results.empty_result())
-    section = md[md.index("## Fair baselines"):md.index("## Machine and versions")]
+    section = md[md.index("## Fair baselines") : md.index("## Machine and versions")]
     assert "not yet measured" in section and "How long a full `make bench` takes" in section
     doc = results.empty_result()
     doc["ratios"]["worker_vs_ceiling"] = stats.repeated_ratio([9.0, 10.0, 11.0], [10.0, 10.0, 10.0])
@@ -174,8 +178,9 @@ def test_cached_raw_reader_keeps_tweets_like_tweet_store(monkeypatch: pytest.Mon
     async def execute(_session: object, _stmt: object, params: tuple[object, ...], name: str) -> list[object]:
         return [SimpleNamespace(tweet_id=i) for i in ids]
 
-    async def execute_concurrent(_session: object, _stmt: object, params: list[tuple[uuid.UUID]], name: str,
-                                 concurrency: int) -> list[list[object]]:
+    async def execute_concurrent(
+        _session: object, _stmt: object, params: list[tuple[uuid.UUID]], name: str, concurrency: int
+    ) -> list[list[object]]:
         reads.append([p[0] for p in params])
         return [[] if p[0] == ids[2] else [SimpleNamespace(tweet_id=p[0])] for p in params]  # ids[2]: deleted
 

@@ -66,15 +66,18 @@ def test_targets_follow_the_mix_in_vegeta_json_format() -> None:
     assert [json.loads(line) for line in lines] == targets[:3]
 
 
-@pytest.mark.parametrize(("method", "url", "route"), [
-    ("POST", "http://h:1/v1/tweets", "post"),
-    ("GET", "http://h:1/v1/timeline?limit=20", "home"),
-    ("GET", "http://h:1/v1/users/bob/tweets?limit=20", "userline"),
-    ("PUT", "http://h:1/v1/users/a/following/b", "follow"),
-    ("DELETE", "http://h:1/v1/users/a/following/b", "unfollow"),
-    ("POST", "http://h:1/v1/sessions", "sign_in"),
-    ("GET", "http://h:1/v1/tweets", "other"),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "route"),
+    [
+        ("POST", "http://h:1/v1/tweets", "post"),
+        ("GET", "http://h:1/v1/timeline?limit=20", "home"),
+        ("GET", "http://h:1/v1/users/bob/tweets?limit=20", "userline"),
+        ("PUT", "http://h:1/v1/users/a/following/b", "follow"),
+        ("DELETE", "http://h:1/v1/users/a/following/b", "unfollow"),
+        ("POST", "http://h:1/v1/sessions", "sign_in"),
+        ("GET", "http://h:1/v1/tweets", "other"),
+    ],
+)
 def test_route_of(method: str, url: str, route: str) -> None:
     assert openloop.route_of(method, url) == route
 
@@ -85,14 +88,25 @@ def _csv_row(ts: int, code: int, latency_ms: float, method: str, url: str, heade
 
 
 def test_vegeta_csv_is_summarized_per_route_with_refusals_and_errors_apart() -> None:
-    text = "".join([
-        *(_csv_row(i * 10_000_000, 201, 10 + i, "POST", "http://h/v1/tweets") for i in range(100)),
-        *(_csv_row(1_000_000_000 + i, 503, 5.0, "GET", "http://h/v1/timeline",
-                   "Retry-After: 1\r\nContent-Type: application/json\r\n") for i in range(9)),
-        _csv_row(1_000_000_009, 503, 7.0, "GET", "http://h/v1/timeline"),  # no Retry-After
-        _csv_row(1_000_000_010, 500, 3.0, "GET", "http://h/v1/users/x/tweets"),
-        _csv_row(1_000_000_011, 0, 30000.0, "GET", "http://h/v1/users/x/tweets", error="timeout"),
-    ])
+    text = "".join(
+        [
+            *(_csv_row(i * 10_000_000, 201, 10 + i, "POST", "http://h/v1/tweets") for i in range(100)),
+            *(
+                _csv_row(
+                    1_000_000_000 + i,
+                    503,
+                    5.0,
+                    "GET",
+                    "http://h/v1/timeline",
+                    "Retry-After: 1\r\nContent-Type: application/json\r\n",
+                )
+                for i in range(9)
+            ),
+            _csv_row(1_000_000_009, 503, 7.0, "GET", "http://h/v1/timeline"),  # no Retry-After
+            _csv_row(1_000_000_010, 500, 3.0, "GET", "http://h/v1/users/x/tweets"),
+            _csv_row(1_000_000_011, 0, 30000.0, "GET", "http://h/v1/users/x/tweets", error="timeout"),
+        ]
+    )
     s = openloop.summarize(openloop.parse_vegeta_csv(text))
     total = s["total"]
     assert (total["requests"], total["accepted"], total["refused"], total["errors"]) == (112, 100, 10, 2)
@@ -116,8 +130,12 @@ def test_a_step_holds_only_within_every_bound() -> None:
 
 
 def test_capacity_is_the_last_rate_that_held_before_the_first_that_did_not() -> None:
-    steps = [{"rate_per_s": 20, "held": True}, {"rate_per_s": 40, "held": True}, {"rate_per_s": 80, "held": False},
-             {"rate_per_s": 160, "held": True}]
+    steps = [
+        {"rate_per_s": 20, "held": True},
+        {"rate_per_s": 40, "held": True},
+        {"rate_per_s": 80, "held": False},
+        {"rate_per_s": 160, "held": True},
+    ]
     assert openloop.capacity(steps) == 40
     assert openloop.capacity([{"rate_per_s": 20, "held": False}]) is None
     assert openloop.saturation_rates(25, 1.5, 4) == [25, 37.5, 56.2, 84.4]
@@ -128,7 +146,9 @@ def test_capacity_is_the_last_rate_that_held_before_the_first_that_did_not() -> 
 def test_histogram_quantile_reads_the_increase_like_prometheus() -> None:
     def scrape(counts: dict[str, float]) -> dict[str, float]:
         return {f'm_bucket{{le="{le}",route="/a"}}': v for le, v in counts.items()} | {
-            'm_bucket{le="0.1",route="/b"}': 1000.0, 'm_bucket{le="+Inf",route="/b"}': 1000.0}
+            'm_bucket{le="0.1",route="/b"}': 1000.0,
+            'm_bucket{le="+Inf",route="/b"}': 1000.0,
+        }
 
     before = scrape({"0.01": 10, "0.1": 10, "1.0": 10, "+Inf": 10})
     after = scrape({"0.01": 60, "0.1": 100, "1.0": 110, "+Inf": 110})  # +50, +40, +10 in the buckets
@@ -152,13 +172,16 @@ def test_cpu_per_1k_requests_and_a_process_clock_that_moves() -> None:
     assert loadgen.process_cpu_s(2**22 + 12345) is None
 
 
-@pytest.mark.parametrize(("change", "key", "expected"), [
-    ({}, "overload_accepted_p99", True),
-    ({"accepted_p99_ms": 130.0}, "overload_accepted_p99", False),  # > 2 x 60 ms at capacity
-    ({"refused_max_ms": 101.0}, "overload_refusals_fast", False),
-    ({"errors": 3}, "overload_no_errors", False),
-    ({"accepted_p99_ms": None}, "overload_accepted_p99", None),
-])
+@pytest.mark.parametrize(
+    ("change", "key", "expected"),
+    [
+        ({}, "overload_accepted_p99", True),
+        ({"accepted_p99_ms": 130.0}, "overload_accepted_p99", False),  # > 2 x 60 ms at capacity
+        ({"refused_max_ms": 101.0}, "overload_refusals_fast", False),
+        ({"errors": 3}, "overload_no_errors", False),
+        ({"accepted_p99_ms": None}, "overload_accepted_p99", None),
+    ],
+)
 def test_overload_targets(change: dict[str, object], key: str, expected: bool | None) -> None:
     doc = fake_result()
     doc["overload"].update(change)
@@ -170,16 +193,19 @@ def test_server_view_sums_every_workers_lag_and_reads_the_gateway_per_route() ->
     from bench import workload
 
     lag = "fanline_delivery_lag_seconds"
-    before = {"fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 1.0, f'{lag}_bucket{{le="+Inf"}}': 1.0, f"{lag}_count": 1.0},
-              "api": {}}
-    after = {"fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 5.0, f'{lag}_bucket{{le="+Inf"}}': 6.0, f"{lag}_count": 6.0},
-             "fanout-worker-2": {f'{lag}_bucket{{le="1.0"}}': 4.0, f'{lag}_bucket{{le="+Inf"}}': 4.0,
-                                 f"{lag}_count": 4.0},
-             "api": {'fanline_http_request_duration_seconds_bucket{le="0.01",method="POST",route="/v1/tweets",'
-                     'service="api"}': 10.0,
-                     'fanline_http_request_duration_seconds_bucket{le="+Inf",method="POST",route="/v1/tweets",'
-                     'service="api"}': 10.0,
-                     'fanline_admission_shed_total{reason="deadline",route="/v1/timeline",service="api"}': 7.0}}
+    before = {
+        "fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 1.0, f'{lag}_bucket{{le="+Inf"}}': 1.0, f"{lag}_count": 1.0},
+        "api": {},
+    }
+    after = {
+        "fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 5.0, f'{lag}_bucket{{le="+Inf"}}': 6.0, f"{lag}_count": 6.0},
+        "fanout-worker-2": {f'{lag}_bucket{{le="1.0"}}': 4.0, f'{lag}_bucket{{le="+Inf"}}': 4.0, f"{lag}_count": 4.0},
+        "api": {
+            'fanline_http_request_duration_seconds_bucket{le="0.01",method="POST",route="/v1/tweets",service="api"}': 10.0,
+            'fanline_http_request_duration_seconds_bucket{le="+Inf",method="POST",route="/v1/tweets",service="api"}': 10.0,
+            'fanline_admission_shed_total{reason="deadline",route="/v1/timeline",service="api"}': 7.0,
+        },
+    }
     view = workload.server_view(before, after)
     assert view["delivery_lag_ms"] == {"p50": 562.5, "p99": 1000.0, "tweets": 9}  # 8 of 9 within 1 s
     assert view["gateway_route_ms"]["post"] == {"p50": 5.0, "p99": 9.9}
@@ -187,15 +213,22 @@ def test_server_view_sums_every_workers_lag_and_reads_the_gateway_per_route() ->
     assert view["admission"]["api"]["shed"] == 7
 
 
-@pytest.mark.parametrize(("rate", "flag"), [
-    (60, "60/1s"), (37.5, "75/2s"), (56.25, "225/4s"), (126.5625, "2025/16s"), (1 / 3, "333/1000s"), (0.5, "1/2s"),
-])
+@pytest.mark.parametrize(
+    ("rate", "flag"),
+    [
+        (60, "60/1s"),
+        (37.5, "75/2s"),
+        (56.25, "225/4s"),
+        (126.5625, "2025/16s"),
+        (1 / 3, "333/1000s"),
+        (0.5, "1/2s"),
+    ],
+)
 def test_every_saturation_rate_is_a_rate_vegeta_accepts(rate: float, flag: str) -> None:
     # vegeta exits 2 (usage) on -rate=37.5/1s: the curve's second step failed.
     assert loadgen.rate_flag(rate) == flag
     count, per = flag.split("/")
     assert int(count) / int(per.removesuffix("s")) == pytest.approx(rate, rel=2e-3)
-
 
 
 def test_gate_sampler_reads_each_services_gate_every_interval() -> None:
@@ -205,9 +238,11 @@ def test_gate_sampler_reads_each_services_gate_every_interval() -> None:
 
     from bench.workload import GateSampler
 
-    page = ('# HELP fanline_admission_limit x\nfanline_admission_limit{service="api"} 12.0\n'
-            'fanline_admission_limit_other{service="api"} 99.0\n'
-            'fanline_admission_in_flight{service="api"} 7.0\nfanline_admission_waiting{service="api"} 2.0\n')
+    page = (
+        '# HELP fanline_admission_limit x\nfanline_admission_limit{service="api"} 12.0\n'
+        'fanline_admission_limit_other{service="api"} 99.0\n'
+        'fanline_admission_in_flight{service="api"} 7.0\nfanline_admission_waiting{service="api"} 2.0\n'
+    )
 
     class Metrics(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

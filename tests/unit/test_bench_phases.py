@@ -61,6 +61,7 @@ def test_proxy_adds_its_delay_each_way_and_keeps_the_bytes_in_order() -> None:
 
 def test_proxy_delays_without_limiting_throughput() -> None:
     """Many writes in flight arrive one delay later, not one delay each."""
+
     async def scenario() -> None:
         echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
         proxy = LatencyProxy("127.0.0.1", echo.sockets[0].getsockname()[1], 0.05)
@@ -86,8 +87,10 @@ def _run(followers: int, first: float, p50: float | None = None) -> dict[str, ob
 
 
 def test_crossover_is_where_one_pushed_tweet_takes_the_budget() -> None:
-    runs = {"off": {"1000": _run(1000, 0.2), "10000": _run(10_000, 1.1), "100000": _run(100_000, 10.0)},
-            "on": {"1000": _run(1000, 0.2), "10000": _run(10_000, 0.3), "100000": _run(100_000, 0.5)}}
+    runs = {
+        "off": {"1000": _run(1000, 0.2), "10000": _run(10_000, 1.1), "100000": _run(100_000, 10.0)},
+        "on": {"1000": _run(1000, 0.2), "10000": _run(10_000, 0.3), "100000": _run(100_000, 0.5)},
+    }
     reads = {"by_large_accounts": {"0": {"p50": 10.0}, "10": {"p50": 12.0}}}
     out = compute_crossover(runs, 10_000, reads)
     # 0.2 s at 1,000 and 1.1 s at 10,000: 1 s at 1,000 + 9,000 x 0.8 / 0.9 = 9,000 followers
@@ -177,15 +180,17 @@ def test_post_phase_lag_sample_tells_trimmed_rows_from_missing_ones() -> None:
     async def home_horizons(owners: list[str]) -> dict[str, uuid.UUID]:
         return {"f1": timeuuid(1.5)}
 
-    bench = SimpleNamespace(graph=SimpleNamespace(followers_of=lambda a: ["f1", "f2"]),
-                            home_rows=home_rows, home_horizons=home_horizons, notes=[])
+    bench = SimpleNamespace(
+        graph=SimpleNamespace(followers_of=lambda a: ["f1", "f2"]), home_rows=home_rows, home_horizons=home_horizons, notes=[]
+    )
     sample = [("Author", str(t), when) for t, when in ((t_old, 0.0), (t_new, 1.0), (t_lost, 2.0), (t_last, 4.0))]
     lags = asyncio.run(own_lags(bench, {"2": sample}))
     assert lags == {"2": [pytest.approx(1500.0), pytest.approx(1500.0)]}  # t_new: 2.5 s - 1.0 s; t_last: 5.5 - 4.0
     assert bench.notes == [
         "post latency: 1 sampled tweets were no longer stored by every owner (trimmed to FANLINE_HOME_MAX_ROWS by "
         "newer tweets); their lag is not counted",
-        "post latency: 1 sampled tweets were missing home rows after the drain"]
+        "post latency: 1 sampled tweets were missing home rows after the drain",
+    ]
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
@@ -213,8 +218,12 @@ def test_a_bench_run_stopped_by_a_signal_still_tears_down(tmp_path: Path, sig: s
         "except KeyboardInterrupt:\n"
         "    sys.exit(130)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.send_signal(getattr(signal, sig))
     assert proc.wait(10) == 130

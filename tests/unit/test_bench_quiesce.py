@@ -51,8 +51,9 @@ def test_the_page_says_how_long_each_open_loop_phase_waited() -> None:
     doc = fake_result()
     doc["details"]["compactions_settled"] = {
         "mixed": {"tasks_at_start": 3, "waited_s": 42.0, "settled": True},
-        "saturation": {"tasks_at_start": 1, "waited_s": 600.0, "settled": False}}
+        "saturation": {"tasks_at_start": 1, "waited_s": 600.0, "settled": False},
+    }
     md = report.render_markdown(doc)
-    section = md[md.index("## 9. Open-loop"):]
+    section = md[md.index("## 9. Open-loop") :]
     assert "mixed waited 42 s (3 at first)" in section
     assert "saturation waited 600 s (1 at first, **still compacting** at the timeout)" in section

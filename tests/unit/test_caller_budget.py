@@ -23,14 +23,17 @@ from fanline_shared.policies import FANOUT_PAGE
 from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
 
 
-@pytest.mark.parametrize(("sent", "expected"), [
-    (None, 8.0),  # no header: the policy's own bound
-    ("10000", 8.0),  # 80 % of 10 s
-    ("2000", 1.6),
-    ("60000", 8.0),  # never past the policy
-    ("1", 0.1),  # never below 0.1 s
-    ("soon", 8.0),  # unreadable: the policy's bound
-])
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        (None, 8.0),  # no header: the policy's own bound
+        ("10000", 8.0),  # 80 % of 10 s
+        ("2000", 1.6),
+        ("60000", 8.0),  # never past the policy
+        ("1", 0.1),  # never below 0.1 s
+        ("soon", 8.0),  # unreadable: the policy's bound
+    ],
+)
 def test_caller_budget(sent: str | None, expected: float) -> None:
     headers = {TIMEOUT_HEADER: sent} if sent is not None else {}
     assert caller_budget_s(headers, default_s=8.0) == pytest.approx(expected)
@@ -187,8 +190,9 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     from fanline_tweet_store.limiter import PageRefused, page_budget
 
     grouped: list[int] = []
-    monkeypatch.setattr(cassandra_home, "replica_batches",
-                        lambda session, statement, rows, rows_per: grouped.append(len(rows)) or [])
+    monkeypatch.setattr(
+        cassandra_home, "replica_batches", lambda session, statement, rows, rows_per: grouped.append(len(rows)) or []
+    )
     home = object.__new__(cassandra_home.CassandraHomeTimeline)
     lim = _limit(0.4, limit=10)
     lim.pending = 150

@@ -17,8 +17,11 @@ def test_usernames_are_zero_padded_and_valid() -> None:
         usernames("a_very_long_prefix_", 10)
 
 
-@pytest.mark.parametrize(("users", "per_user", "expected"), [(6, 2, 2), (3, 5, 2), (1, 3, 0), (10, 0, 0)],
-                         ids=["normal", "capped-at-others", "alone", "none"])
+@pytest.mark.parametrize(
+    ("users", "per_user", "expected"),
+    [(6, 2, 2), (3, 5, 2), (1, 3, 0), (10, 0, 0)],
+    ids=["normal", "capped-at-others", "alone", "none"],
+)
 def test_follow_plan_is_distinct_others(users: int, per_user: int, expected: int) -> None:
     names = usernames("u", users)
     plan = follow_plan(names, per_user, random.Random(1))
@@ -36,12 +39,15 @@ def test_follow_plan_and_sentences_are_repeatable_with_a_seed() -> None:
     assert all(0 < len(sentence(random.Random(i))) <= 280 for i in range(50))
 
 
-@pytest.mark.parametrize("argv", [
-    ["sample-data", "--users", "0", "--follows-per-user", "1", "--tweets-per-user", "1"],
-    ["dlq", "purge"],
-    ["topics"],
-    ["migrate", "--service", "api"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sample-data", "--users", "0", "--follows-per-user", "1", "--tweets-per-user", "1"],
+        ["dlq", "purge"],
+        ["topics"],
+        ["migrate", "--service", "api"],
+    ],
+)
 def test_bad_arguments_are_rejected(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         parser().parse_args(argv)

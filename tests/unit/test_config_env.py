@@ -27,10 +27,13 @@ def test_positive_number_rejects_zero() -> None:
         Env({"X": "0"}).number("X", 1.0, positive=True)
 
 
-@pytest.mark.parametrize(("name", "build"), [
-    ("FANLINE_PEER_TIMEOUT_S", PeerSettings.from_env),
-    ("FANLINE_KAFKA_TIMEOUT_S", KafkaSettings.from_env),
-])
+@pytest.mark.parametrize(
+    ("name", "build"),
+    [
+        ("FANLINE_PEER_TIMEOUT_S", PeerSettings.from_env),
+        ("FANLINE_KAFKA_TIMEOUT_S", KafkaSettings.from_env),
+    ],
+)
 def test_timeouts_must_be_positive(name: str, build: object) -> None:
     with pytest.raises(ConfigError, match=name):
         build(Env({name: "0"}))  # type: ignore[operator]
@@ -45,10 +48,13 @@ def test_fanout_limit_tolerances_must_be_positive(tmp_path: object, name: str) -
             TweetStoreSettings.from_env({**base, name: bad})
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("FANLINE_HOME_MAX_ROWS", "9"),
-    ("FANLINE_LARGE_ACCOUNT_FOLLOWERS", "0"),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FANLINE_HOME_MAX_ROWS", "9"),
+        ("FANLINE_LARGE_ACCOUNT_FOLLOWERS", "0"),
+    ],
+)
 def test_small_thresholds_have_a_floor(tmp_path: object, name: str, value: str) -> None:
     from fanline_fanout.config import Settings as WorkerSettings
 

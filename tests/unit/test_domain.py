@@ -13,8 +13,18 @@ from fanline_shared.errors import InvalidInput
 
 @pytest.mark.parametrize(
     ("value", "ok"),
-    [("a", True), ("A_1", True), ("x" * 15, True), ("", False), ("x" * 16, False), ("a-b", False),
-     ("é", False), (" a", False), (None, False), (7, False)],
+    [
+        ("a", True),
+        ("A_1", True),
+        ("x" * 15, True),
+        ("", False),
+        ("x" * 16, False),
+        ("a-b", False),
+        ("é", False),
+        (" a", False),
+        (None, False),
+        (7, False),
+    ],
     ids=["one", "mixed", "fifteen", "empty", "sixteen", "dash", "accent", "space", "none", "int"],
 )
 def test_username_rule(value: object, ok: bool) -> None:

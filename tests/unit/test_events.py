@@ -35,11 +35,30 @@ def test_unknown_fields_are_ignored() -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"", b"{", b"[]", b'{"type": "Nope", "version": 1}',
-     orjson.dumps({"type": "TweetCreated", "version": 2, "event_id": str(new_timeuuid()),
-                   "occurred_at": "2026-01-01T00:00:00Z", "data": {}}),
-     orjson.dumps({"type": "TweetDeleted", "version": 1, "event_id": "x",
-                   "occurred_at": "2026-01-01T00:00:00Z", "data": {"tweet_id": "nope", "author": "a"}})],
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'{"type": "Nope", "version": 1}',
+        orjson.dumps(
+            {
+                "type": "TweetCreated",
+                "version": 2,
+                "event_id": str(new_timeuuid()),
+                "occurred_at": "2026-01-01T00:00:00Z",
+                "data": {},
+            }
+        ),
+        orjson.dumps(
+            {
+                "type": "TweetDeleted",
+                "version": 1,
+                "event_id": "x",
+                "occurred_at": "2026-01-01T00:00:00Z",
+                "data": {"tweet_id": "nope", "author": "a"},
+            }
+        ),
+    ],
     ids=["empty", "truncated", "array", "unknown-type", "future-version", "bad-fields"],
 )
 def test_invalid_events_raise_invalid_event(payload: bytes) -> None:

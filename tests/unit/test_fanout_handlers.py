@@ -28,7 +28,7 @@ class FakeSocial:
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
         names = sorted(self.followers.get(username, []))
         start = names.index(after) + 1 if after else 0
-        page = names[start:start + limit]
+        page = names[start : start + limit]
         self.pages_served += 1
         nxt = page[-1] if start + limit < len(names) else None
         return {"items": [{"username": n, "since": "x"} for n in page], "next": nxt}
@@ -244,8 +244,13 @@ class RegisteringTweets(FakeTweets):
 def make_hybrid(followers: int, threshold: int) -> tuple[FanoutHandlers, CountingSocial, RegisteringTweets]:
     social = CountingSocial({"star": [f"f{i:05d}" for i in range(followers)]})
     tweets = RegisteringTweets()
-    handlers = FanoutHandlers(social, tweets, page_size=100, pages_in_flight=2,  # type: ignore[arg-type]
-                              large_account_followers=threshold)
+    handlers = FanoutHandlers(
+        social,
+        tweets,
+        page_size=100,
+        pages_in_flight=2,  # type: ignore[arg-type]
+        large_account_followers=threshold,
+    )
     return handlers, social, tweets
 
 
@@ -308,8 +313,14 @@ def make_chunked(followers: int, chunk: int) -> tuple[FanoutHandlers, ActiveSoci
     async def publish(event: Any) -> None:
         handed_on.append(events.decode(event.payload))
 
-    handlers = FanoutHandlers(social, tweets, page_size=100, pages_in_flight=2,  # type: ignore[arg-type]
-                              chunk_size=chunk, publish_chunk=publish)
+    handlers = FanoutHandlers(
+        social,
+        tweets,
+        page_size=100,
+        pages_in_flight=2,  # type: ignore[arg-type]
+        chunk_size=chunk,
+        publish_chunk=publish,
+    )
     return handlers, social, tweets, handed_on
 
 

@@ -51,7 +51,7 @@ def test_doubles_per_round_trip_with_no_queue_and_shrinks_when_queueing() -> Non
     assert 24 <= limit.limit <= 32  # 4 -> 8 -> 16 -> 32
     grown = limit.limit
     drive(limit, clock, queue_of_ours(0.005, served=2), 6)  # 32 in flight: 16x the unloaded 5 ms
-    assert limit.limit <= grown * 0.8 ** 2
+    assert limit.limit <= grown * 0.8**2
     drive(limit, clock, 0.005, 200)
     assert limit.limit == 64  # capped
 

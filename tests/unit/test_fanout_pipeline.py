@@ -24,8 +24,9 @@ def pipeline(process, acked: list[Ev], window: int = 16, max_unacked: int | None
     async def ack(event: Ev) -> None:
         acked.append(event)
 
-    return OrderedPipeline(process, ack, key=lambda e: e.key, partition=lambda e: e.partition, window=window,
-                           max_unacked=max_unacked)
+    return OrderedPipeline(
+        process, ack, key=lambda e: e.key, partition=lambda e: e.partition, window=window, max_unacked=max_unacked
+    )
 
 
 async def test_same_key_in_order_different_keys_concurrently() -> None:
@@ -104,8 +105,7 @@ async def test_acks_per_partition_in_offset_order_whatever_the_finishing_order()
             order_errors.append(f"acked {event} early")
         acked.append(event)
 
-    p: OrderedPipeline[Ev] = OrderedPipeline(process, ack, key=lambda e: e.key, partition=lambda e: e.partition,
-                                             window=8)
+    p: OrderedPipeline[Ev] = OrderedPipeline(process, ack, key=lambda e: e.key, partition=lambda e: e.partition, window=8)
     for event in events:
         await p.submit(event)
         assert p.running <= 8

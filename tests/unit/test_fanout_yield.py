@@ -56,8 +56,13 @@ class FakeResponse:
     def __init__(self, session: FakeSession) -> None:
         self._session = session
 
-    def add_callbacks(self, callback: Callable[..., Any], errback: Callable[..., Any],
-                      callback_args: tuple[Any, ...] = (), errback_args: tuple[Any, ...] = ()) -> None:
+    def add_callbacks(
+        self,
+        callback: Callable[..., Any],
+        errback: Callable[..., Any],
+        callback_args: tuple[Any, ...] = (),
+        errback_args: tuple[Any, ...] = (),
+    ) -> None:
         def complete() -> None:
             with self._session.lock:
                 self._session.in_flight -= 1
@@ -91,15 +96,22 @@ async def test_window_follows_its_limit_as_it_changes() -> None:
     limit = {"value": 32}
     rows = [(i,) for i in range(4000)]
 
-    task = asyncio.ensure_future(execute_concurrent(session, object(), rows, name="test_window",  # type: ignore[arg-type]
-                                                    concurrency=lambda: limit["value"]))
+    task = asyncio.ensure_future(
+        execute_concurrent(
+            session,
+            object(),
+            rows,
+            name="test_window",  # type: ignore[arg-type]
+            concurrency=lambda: limit["value"],
+        )
+    )
     while session.executed < 150:
         await asyncio.sleep(0.001)
     limit["value"] = 4  # user-facing traffic arrives: the window shrinks
     mark = session.executed
     while session.executed < mark + 300:
         await asyncio.sleep(0.001)
-    shrunk = session.peaks[mark + 100: mark + 300]  # once the in-flight ones drained
+    shrunk = session.peaks[mark + 100 : mark + 300]  # once the in-flight ones drained
     grow_from = session.executed
     limit["value"] = 64  # quiet again: it grows back
     results = await asyncio.wait_for(task, 30)
@@ -114,8 +126,15 @@ async def test_window_follows_its_limit_as_it_changes() -> None:
 async def test_a_zero_limit_still_makes_progress() -> None:
     session = FakeSession()
     results = await asyncio.wait_for(
-        execute_concurrent(session, object(), [(i,) for i in range(20)], name="test_window",  # type: ignore[arg-type]
-                           concurrency=lambda: 0), 10)
+        execute_concurrent(
+            session,
+            object(),
+            [(i,) for i in range(20)],
+            name="test_window",  # type: ignore[arg-type]
+            concurrency=lambda: 0,
+        ),
+        10,
+    )
     assert len(results) == 20 and max(session.peaks) == 1
 
 
@@ -137,8 +156,9 @@ def test_the_workers_tweet_check_does_not_make_the_fanout_yield(tmp_path: Any) -
     from fanline_tweet_store.config import Settings
 
     token = "unit-test-internal-token"
-    settings = Settings.from_env({"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_FANOUT_YIELD_S": "0.05",
-                                  "FANLINE_INTERNAL_TOKEN": token})
+    settings = Settings.from_env(
+        {"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_FANOUT_YIELD_S": "0.05", "FANLINE_INTERNAL_TOKEN": token}
+    )
     app = create_app(settings)
     with TestClient(app, headers={"X-Fanline-Internal-Token": token}) as client:
         created = client.post("/internal/tweets", json={"username": "alice", "body": "hi"})

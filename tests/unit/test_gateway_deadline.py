@@ -83,13 +83,20 @@ async def test_a_client_disconnecting_mid_body_is_no_error_and_no_500(caplog: py
 
     endpoint = route("api", "/v1/tweets-disconnect", post, ["POST"])
     scope: dict[str, Any] = {
-        "type": "http", "method": "POST", "path": "/v1/tweets-disconnect", "raw_path": b"/v1/tweets-disconnect",
-        "query_string": b"", "headers": [(b"content-type", b"application/json"), (b"content-length", b"40")],
-        "http_version": "1.1", "scheme": "http", "server": ("t", 80), "client": ("c", 1), "root_path": "",
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/tweets-disconnect",
+        "raw_path": b"/v1/tweets-disconnect",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"40")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("t", 80),
+        "client": ("c", 1),
+        "root_path": "",
         "path_params": {},
     }
-    messages = [{"type": "http.request", "body": b'{"body": "half', "more_body": True},
-                {"type": "http.disconnect"}]
+    messages = [{"type": "http.request", "body": b'{"body": "half', "more_body": True}, {"type": "http.disconnect"}]
 
     async def receive() -> dict[str, Any]:
         return messages.pop(0) if messages else {"type": "http.disconnect"}

@@ -55,8 +55,15 @@ class Storage:
 
 async def test_a_delete_landing_between_the_rewrite_and_the_second_look_wins() -> None:
     storage = Storage()
-    store = TweetStore(storage, retention_s=3600, idempotency_ttl_s=3600, merge_count=10,  # type: ignore[arg-type]
-                       hybrid=None, cap=None, regenerator=None)  # type: ignore[arg-type]  # posting uses neither
+    store = TweetStore(
+        storage,
+        retention_s=3600,
+        idempotency_ttl_s=3600,
+        merge_count=10,  # type: ignore[arg-type]
+        hybrid=None,
+        cap=None,
+        regenerator=None,
+    )  # type: ignore[arg-type]  # posting uses neither
     first, _, _ = await store.post("alice", "hi", "k")
     # The delete (marker, then removal) lands after the repeat's first look,
     # just before its rewrite reaches the store, e.g. through another
@@ -76,8 +83,15 @@ async def test_a_delete_landing_between_the_rewrite_and_the_second_look_wins() -
 
 async def test_a_plain_repeat_returns_the_first_tweet() -> None:
     storage = Storage()
-    store = TweetStore(storage, retention_s=3600, idempotency_ttl_s=3600, merge_count=10,  # type: ignore[arg-type]
-                       hybrid=None, cap=None, regenerator=None)  # type: ignore[arg-type]  # posting uses neither
+    store = TweetStore(
+        storage,
+        retention_s=3600,
+        idempotency_ttl_s=3600,
+        merge_count=10,  # type: ignore[arg-type]
+        hybrid=None,
+        cap=None,
+        regenerator=None,
+    )  # type: ignore[arg-type]  # posting uses neither
     first, created, _ = await store.post("alice", "hi", "k")
     again, created_again, _ = await store.post("alice", "hi", "k")
     assert created and not created_again and again == first

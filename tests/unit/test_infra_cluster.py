@@ -16,8 +16,15 @@ sys.path.insert(0, str(REPO / "deploy" / "local"))
 from fanline_shared.kafka import topic_configs  # noqa: E402
 from infra import InfraConfig, LocalInfra  # noqa: E402
 
-FANLINE_PORT_VARS = ("FANLINE_CASSANDRA_PORT", "FANLINE_CASSANDRA_STORAGE_PORT", "FANLINE_CASSANDRA_JMX_PORT",
-                     "FANLINE_KAFKA_PORT", "FANLINE_KAFKA_CONTROLLER_PORT", "FANLINE_INFRA_DIR", "FANLINE_INFRA_NODES")
+FANLINE_PORT_VARS = (
+    "FANLINE_CASSANDRA_PORT",
+    "FANLINE_CASSANDRA_STORAGE_PORT",
+    "FANLINE_CASSANDRA_JMX_PORT",
+    "FANLINE_KAFKA_PORT",
+    "FANLINE_KAFKA_CONTROLLER_PORT",
+    "FANLINE_INFRA_DIR",
+    "FANLINE_INFRA_NODES",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +50,7 @@ def test_cluster_uses_other_addresses_ports_and_state_than_the_single_node(tmp_p
     assert [c.ports()["JMX"] for c in infra.cassandra_nodes] == [7311, 7312, 7313]
     assert InfraConfig.from_env(nodes=3).state_dir == REPO / ".infra-cluster"
     assert single.config.state_dir == REPO / ".infra"
-    assert {e.name for e in infra._engines()} == {"cassandra1", "cassandra2", "cassandra3",
-                                                  "kafka1", "kafka2", "kafka3"}
+    assert {e.name for e in infra._engines()} == {"cassandra1", "cassandra2", "cassandra3", "kafka1", "kafka2", "kafka3"}
     # one copy of the jars per engine kind
     assert len({e.lib_dir for e in infra.cassandra_nodes}) == 1
 
@@ -59,8 +65,7 @@ def test_cluster_settings_env_points_services_at_every_node_with_rf3(tmp_path: P
 
 def test_cassandra_nodes_form_one_ring(tmp_path: Path) -> None:
     yamls = [c.config_text() for c in cluster(tmp_path).cassandra_nodes]
-    tokens = [int(next(line.split(":")[1] for line in y.splitlines() if line.startswith("initial_token:")))
-              for y in yamls]
+    tokens = [int(next(line.split(":")[1] for line in y.splitlines() if line.startswith("initial_token:"))) for y in yamls]
     assert tokens == [-(2**63), -(2**63) + 2**64 // 3, -(2**63) + 2 * (2**64 // 3)]
     for i, y in enumerate(yamls, start=1):
         assert "cluster_name: 'Fanline Local Cluster'" in y
@@ -79,8 +84,12 @@ def test_kafka_brokers_form_one_quorum_with_rf3_and_min_isr2(tmp_path: Path) -> 
         lines = set(p.splitlines())
         assert f"node.id={i}" in lines and voters in lines
         assert f"listeners=PLAINTEXT://127.0.0.1{i}:9192,CONTROLLER://127.0.0.1{i}:9193" in lines
-        assert {"default.replication.factor=3", "min.insync.replicas=2", "offsets.topic.replication.factor=3",
-                "unclean.leader.election.enable=false"} <= lines
+        assert {
+            "default.replication.factor=3",
+            "min.insync.replicas=2",
+            "offsets.topic.replication.factor=3",
+            "unclean.leader.election.enable=false",
+        } <= lines
 
 
 def test_topics_get_min_insync_replicas_one_below_their_rf() -> None:

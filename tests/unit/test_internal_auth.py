@@ -31,8 +31,12 @@ def _apps(tmp_path: Path, token: str | None) -> Iterator[tuple[str, Any]]:
     from fanline_tweet_store.app import create_app as tweet_store
     from fanline_tweet_store.config import Settings as TweetStoreSettings
 
-    env = {"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_ARGON2_MEMORY_KIB": "64", "FANLINE_ARGON2_TIME_COST": "1",
-           "FANLINE_ARGON2_PARALLELISM": "1"}
+    env = {
+        "FANLINE_DATA_DIR": str(tmp_path),
+        "FANLINE_ARGON2_MEMORY_KIB": "64",
+        "FANLINE_ARGON2_TIME_COST": "1",
+        "FANLINE_ARGON2_PARALLELISM": "1",
+    }
     if token:
         env["FANLINE_INTERNAL_TOKEN"] = token
     yield "social-graph", social_graph(SocialGraphSettings.from_env(env))
@@ -43,8 +47,11 @@ def internal_routes(app: Any) -> list[tuple[str, str]]:
     out = []
     for route in app.routes:
         if isinstance(route, Route) and route.path.startswith("/internal"):
-            path = route.path.replace("{username}", "alice").replace("{target}", "bob").replace(
-                "{tweet_id}", "1044da6b-e61b-11f1-9151-88a70954b0ca")
+            path = (
+                route.path.replace("{username}", "alice")
+                .replace("{target}", "bob")
+                .replace("{tweet_id}", "1044da6b-e61b-11f1-9151-88a70954b0ca")
+            )
             out += [(method, path) for method in sorted(route.methods or ()) if method != "HEAD"]
     return out
 
@@ -95,8 +102,11 @@ def test_credential_setting_rules() -> None:
 
 # --- production refuses development secrets ------------------------------------------------
 
-GOOD = {"FANLINE_ENV": "production", "FANLINE_INTERNAL_TOKEN": "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
-        "FANLINE_CURSOR_SECRET": "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6071"}
+GOOD = {
+    "FANLINE_ENV": "production",
+    "FANLINE_INTERNAL_TOKEN": "9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+    "FANLINE_CURSOR_SECRET": "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6071",
+}
 
 
 def _settings_classes() -> list[Any]:
@@ -113,19 +123,30 @@ def test_production_starts_with_real_secrets() -> None:
         cls.from_env(GOOD)
 
 
-@pytest.mark.parametrize("change", [
-    {"FANLINE_INTERNAL_TOKEN": ""},
-    {"FANLINE_INTERNAL_TOKEN": "REPLACE-ME-with-openssl-rand-hex-32"},
-    {"FANLINE_INTERNAL_TOKEN": "fanline-dev-overlay-internal-token-not-for-production"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"FANLINE_INTERNAL_TOKEN": ""},
+        {"FANLINE_INTERNAL_TOKEN": "REPLACE-ME-with-openssl-rand-hex-32"},
+        {"FANLINE_INTERNAL_TOKEN": "fanline-dev-overlay-internal-token-not-for-production"},
+    ],
+)
 def test_production_refuses_a_missing_or_placeholder_credential(change: dict[str, str]) -> None:
     for cls in _settings_classes():
         with pytest.raises(ConfigError, match="FANLINE_INTERNAL_TOKEN"):
             cls.from_env({**GOOD, **change})
 
 
-@pytest.mark.parametrize("secret", ["", "fanline-dev-cursor-secret-change-me", "REPLACE-ME-with-openssl-rand-hex-32",
-                                    "fanline-dev-overlay-cursor-secret-not-for-production", "short-but-random-9f8e"])
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "",
+        "fanline-dev-cursor-secret-change-me",
+        "REPLACE-ME-with-openssl-rand-hex-32",
+        "fanline-dev-overlay-cursor-secret-not-for-production",
+        "short-but-random-9f8e",
+    ],
+)
 def test_production_refuses_the_development_cursor_secret(secret: str) -> None:
     from fanline_api.config import Settings
 
@@ -135,8 +156,12 @@ def test_production_refuses_the_development_cursor_secret(secret: str) -> None:
 
 
 def test_the_gateway_process_refuses_to_start_in_production_with_the_development_secret() -> None:
-    env = {**os.environ, "FANLINE_ENV": "production", "FANLINE_INTERNAL_TOKEN": GOOD["FANLINE_INTERNAL_TOKEN"],
-           "FANLINE_API_PORT": "1"}
+    env = {
+        **os.environ,
+        "FANLINE_ENV": "production",
+        "FANLINE_INTERNAL_TOKEN": GOOD["FANLINE_INTERNAL_TOKEN"],
+        "FANLINE_API_PORT": "1",
+    }
     env.pop("FANLINE_CURSOR_SECRET", None)
     done = subprocess.run([sys.executable, "-m", "fanline_api"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0

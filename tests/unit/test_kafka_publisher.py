@@ -30,8 +30,16 @@ from fanline_shared.policies import EVENT_PRODUCER
 
 
 def settings(bootstrap: str = "127.0.0.1:9", timeout_s: float = 1.0) -> KafkaSettings:
-    return KafkaSettings(bootstrap=bootstrap, idempotence=True, events_topic="events", dlq_topic="dlq",
-                         chunks_topic="chunks", partitions=1, replication_factor=1, request_timeout_s=timeout_s)
+    return KafkaSettings(
+        bootstrap=bootstrap,
+        idempotence=True,
+        events_topic="events",
+        dlq_topic="dlq",
+        chunks_topic="chunks",
+        partitions=1,
+        replication_factor=1,
+        request_timeout_s=timeout_s,
+    )
 
 
 def event() -> OutboxEvent:
@@ -154,5 +162,3 @@ async def test_an_unusable_producer_is_replaced_and_stopped(fake: type[FakeProdu
     assert await publisher.publish(event()) is False  # times out, on a new producer
     assert len(fake.made) == 2
     await publisher.close()
-
-

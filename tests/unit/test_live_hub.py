@@ -47,8 +47,9 @@ class FakeTweets:
             raise NotFound("no such tweet")
         return self.tweets[tweet_id]
 
-    async def timeline(self, kind: str, owner: str | None, limit: int, before: str | None,
-                       since: str | None = None) -> dict[str, Any]:
+    async def timeline(
+        self, kind: str, owner: str | None, limit: int, before: str | None, since: str | None = None
+    ) -> dict[str, Any]:
         self.calls.append((kind, owner, limit, before, since))
         return self.pages.pop(0)
 
@@ -72,8 +73,12 @@ def follow_event(kind: str, follower: str, followee: str) -> events.Event:
 
 async def test_updates_reach_the_owner_followers_and_public_only() -> None:
     hub, tweets = make_hub({"fan": ["Author"], "other": ["someone"]})
-    fan, other, author, public = (await hub.open_home("Fan"), await hub.open_home("other"),
-                                  await hub.open_home("author"), hub.open_public())
+    fan, other, author, public = (
+        await hub.open_home("Fan"),
+        await hub.open_home("other"),
+        await hub.open_home("author"),
+        hub.open_public(),
+    )
     tweet, created = tweets.add("Author")
     await hub.dispatch([created])
     for stream in (fan, author, public):
@@ -156,8 +161,11 @@ async def test_a_waiting_reader_wakes_on_offer_and_reads_in_order() -> None:
 
 async def test_one_timer_heartbeats_every_stream_once_a_period_staggered() -> None:
     period = 0.3
-    hub = Hub(LiveSettings(enabled=True, heartbeat_s=period, max_streams_per_user=4, follow_refresh_s=300.0),
-              FakeSocial({}), FakeTweets())  # type: ignore[arg-type]
+    hub = Hub(
+        LiveSettings(enabled=True, heartbeat_s=period, max_streams_per_user=4, follow_refresh_s=300.0),
+        FakeSocial({}),
+        FakeTweets(),
+    )  # type: ignore[arg-type]
     streams = [hub.open_public() for _ in range(3)]
     assert len({s.slot for s in streams}) == 3  # spread over the slots
     beats: dict[int, list[float]] = {i: [] for i in range(3)}

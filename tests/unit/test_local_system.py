@@ -34,8 +34,10 @@ def test_fanout_replica_takes_the_workers_writes(tmp_path: Path) -> None:
     assert system.role_env(FANOUT_REPLICA) == {"FANLINE_TWEET_STORE_PORT": "9005"}
     assert system.role_env(FANOUT_GRAPH_REPLICA) == {"FANLINE_SOCIAL_GRAPH_PORT": "9004"}
     for worker in ("fanout-worker", "fanout-worker-2"):
-        assert system.role_env(worker) == {"FANLINE_TWEET_STORE_URL": "http://127.0.0.1:9005",
-                                           "FANLINE_SOCIAL_GRAPH_URL": "http://127.0.0.1:9004"}
+        assert system.role_env(worker) == {
+            "FANLINE_TWEET_STORE_URL": "http://127.0.0.1:9005",
+            "FANLINE_SOCIAL_GRAPH_URL": "http://127.0.0.1:9004",
+        }
         assert system.nice_of(worker) == 10
     # The gateway keeps the ordinary tweet-store, at normal priority.
     assert system.env()["FANLINE_TWEET_STORE_URL"] == "http://127.0.0.1:9002"
@@ -54,7 +56,12 @@ def test_background_nice_without_replica_lowers_the_worker_only(tmp_path: Path) 
 
 def test_child_setup_sets_the_niceness_of_the_child() -> None:
     before = os.nice(0)
-    out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True, text=True,
-                         check=True, preexec_fn=child_setup(7))
+    out = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.nice(0))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=child_setup(7),
+    )
     assert int(out.stdout) == min(19, before + 7)
     assert os.nice(0) == before  # the parent is untouched

@@ -57,8 +57,9 @@ def test_stdlib_and_structlog_lines_are_json_with_the_bound_request_id(captured)
 def test_console_format_and_bad_settings():
     assert "request_id=r1" in _render_console()
     assert LogSettings.from_env(Env({})) == LogSettings("INFO", "json")
-    assert LogSettings.from_env(Env({"FANLINE_LOG_FORMAT": "console", "FANLINE_LOG_LEVEL": "debug"})) == \
-        LogSettings("DEBUG", "console")
+    assert LogSettings.from_env(Env({"FANLINE_LOG_FORMAT": "console", "FANLINE_LOG_LEVEL": "debug"})) == LogSettings(
+        "DEBUG", "console"
+    )
     with pytest.raises(ConfigError, match="FANLINE_LOG_FORMAT"):
         LogSettings.from_env(Env({"FANLINE_LOG_FORMAT": "xml"}))
     with pytest.raises(ConfigError, match="FANLINE_LOG_LEVEL"):
@@ -80,17 +81,20 @@ def _render_console() -> str:
         root.setLevel(saved[1])
 
 
-@pytest.mark.parametrize("value, ok", [
-    ("0123456789abcdef0123456789abcdef", True),
-    ("6f1c2a1e-8e4b-4c57-a9a3-0f0d3f6b7a10", True),
-    ("lb:req.42_x", True),
-    ("", False),
-    ("a" * 65, False),
-    ("has space", False),
-    ("line\nbreak", False),
-    ('{"json":1}', False),
-    ("é", False),
-])
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("0123456789abcdef0123456789abcdef", True),
+        ("6f1c2a1e-8e4b-4c57-a9a3-0f0d3f6b7a10", True),
+        ("lb:req.42_x", True),
+        ("", False),
+        ("a" * 65, False),
+        ("has space", False),
+        ("line\nbreak", False),
+        ('{"json":1}', False),
+        ("é", False),
+    ],
+)
 def test_well_formed_request_ids(value, ok):
     assert (logs.valid_request_id(value) == value) is ok
     assert (logs.valid_request_id(value.encode()) == value) is ok

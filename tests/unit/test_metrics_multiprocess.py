@@ -87,8 +87,7 @@ def test_counters_histograms_and_gauges_aggregate_across_processes(tmp_path: Pat
 
 def test_without_the_directory_render_uses_the_process_registry(tmp_path: Path) -> None:
     code = "from fanline_shared import metrics; metrics.TWEETS_POSTED.inc(2); print(metrics.render()[0].decode())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     got = samples(done.stdout)
     assert got[("fanline_tweets_posted_total", ())] == 2

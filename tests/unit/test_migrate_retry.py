@@ -22,8 +22,7 @@ def fake_session() -> Any:
 
 
 async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001,
-                                                               max_delay_s=0.002))
+    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001, max_delay_s=0.002))
     ran: list[str] = []
     failures = {"CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)": 2}
 
@@ -41,8 +40,9 @@ async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPa
 
 
 async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, attempts=3,
-                                                               base_delay_s=0.001, max_delay_s=0.002))
+    monkeypatch.setattr(
+        policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, attempts=3, base_delay_s=0.001, max_delay_s=0.002)
+    )
     calls = 0
 
     async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:

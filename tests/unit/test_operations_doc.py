@@ -23,7 +23,7 @@ def section(title: str) -> str:
     """The doc text from the heading that names a dashboard to the next one."""
     start = DOC.index(f'("{title}"')
     nxt = DOC.find("\n### ", start + 1)
-    return DOC[start: nxt if nxt != -1 else None]
+    return DOC[start : nxt if nxt != -1 else None]
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
@@ -41,7 +41,8 @@ def test_every_alert_has_a_section() -> None:
     assert not missing
 
 
-@pytest.mark.parametrize("command", ["migrate", "topics ensure", "topics verify", "dlq inspect", "dlq replay",
-                                     "rebuild-home", "sample-data"])
+@pytest.mark.parametrize(
+    "command", ["migrate", "topics ensure", "topics verify", "dlq inspect", "dlq replay", "rebuild-home", "sample-data"]
+)
 def test_every_cli_command_is_documented(command: str) -> None:
     assert f"`fanline {command}" in DOC

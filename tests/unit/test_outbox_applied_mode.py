@@ -24,8 +24,7 @@ class FakeOwner:
         self.published: set[uuid.UUID] = set()
         self.calls: list[str] = []
 
-    async def call(self, method: str, path: str, *, operation: str, json: Any = None, params: Any = None,
-                   **_: Any) -> Any:
+    async def call(self, method: str, path: str, *, operation: str, json: Any = None, params: Any = None, **_: Any) -> Any:
         self.calls.append(path)
         ids = [uuid.UUID(i) for i in (json or {}).get("ids", [])]
         if path == "/internal/outbox":

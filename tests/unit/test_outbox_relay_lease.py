@@ -32,8 +32,7 @@ class Owner:
         self.leases = leases
         self.lease: tuple[str, float] | None = None  # holder, expiry (monotonic)
 
-    async def call(self, method: str, path: str, *, operation: str, json: Any = None, params: Any = None,
-                   **_: Any) -> Any:
+    async def call(self, method: str, path: str, *, operation: str, json: Any = None, params: Any = None, **_: Any) -> Any:
         await asyncio.sleep(0)  # let the other relay interleave, as over HTTP
         if path == "/internal/outbox":
             return {"items": [event_to_json(e) for e in list(self.rows.values())[: params["limit"]]]}
@@ -79,8 +78,10 @@ async def sweep(relay: OutboxRelay) -> int:
 async def test_two_relays_publish_each_waiting_event_once() -> None:
     owner = Owner(waiting(7))
     broker = Broker()
-    relays = [OutboxRelay(broker, {"tweet-store": owner}, stale_after_ms=0, lease_ttl_s=10)  # type: ignore[arg-type]
-              for _ in range(2)]
+    relays = [
+        OutboxRelay(broker, {"tweet-store": owner}, stale_after_ms=0, lease_ttl_s=10)  # type: ignore[arg-type]
+        for _ in range(2)
+    ]
     await asyncio.gather(*(sweep(r) for r in relays))
     await asyncio.gather(*(sweep(r) for r in relays))
     assert len(broker.sent) == len(set(broker.sent)) == 7
@@ -99,8 +100,10 @@ async def test_without_leases_both_relays_publish_everything() -> None:
 async def test_a_standby_takes_over_when_the_holder_stops_or_dies() -> None:
     owner = Owner([])
     broker = Broker()
-    first, second = (OutboxRelay(broker, {"tweet-store": owner}, stale_after_ms=0, lease_ttl_s=2)  # type: ignore[arg-type]
-                     for _ in range(2))
+    first, second = (
+        OutboxRelay(broker, {"tweet-store": owner}, stale_after_ms=0, lease_ttl_s=2)  # type: ignore[arg-type]
+        for _ in range(2)
+    )
     await first.keep_leases()
     await second.keep_leases()
     assert first.leads("tweet-store") and not second.leads("tweet-store")
@@ -164,12 +167,22 @@ def test_the_lease_route_refuses_bad_input_with_400() -> None:
             self.calls.append((holder, None))
 
     leases = Leases()
-    app = Starlette(routes=outbox_routes("test", lambda _request: leases),  # type: ignore[arg-type, return-value]
-                    exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(
+        routes=outbox_routes("test", lambda _request: leases),  # type: ignore[arg-type, return-value]
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
     client = TestClient(app)
-    for body in ({"holder": "a"}, {"holder": "a", "ttl_s": 0}, {"holder": "a", "ttl_s": 3601},
-                 {"holder": "a", "ttl_s": 1.5}, {"holder": "a", "ttl_s": True}, {"holder": "", "ttl_s": 5},
-                 {"holder": 7, "ttl_s": 5}, {"holder": "x" * 201, "ttl_s": 5}, {"holder": "a\nb", "ttl_s": 5}):
+    for body in (
+        {"holder": "a"},
+        {"holder": "a", "ttl_s": 0},
+        {"holder": "a", "ttl_s": 3601},
+        {"holder": "a", "ttl_s": 1.5},
+        {"holder": "a", "ttl_s": True},
+        {"holder": "", "ttl_s": 5},
+        {"holder": 7, "ttl_s": 5},
+        {"holder": "x" * 201, "ttl_s": 5},
+        {"holder": "a\nb", "ttl_s": 5},
+    ):
         response = client.post("/internal/outbox/lease", json=body)
         assert response.status_code == 400, (body, response.text)
     assert client.post("/internal/outbox/lease", content=b"[").status_code == 400

@@ -62,8 +62,14 @@ def test_ipv6_clients_are_counted_per_64() -> None:
 
 
 async def test_failed_logins_are_limited_per_username_and_per_address() -> None:
-    guard = LoginGuard(Limiter(settings(FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME="3 per minute",
-                                        FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS="5 per minute")))
+    guard = LoginGuard(
+        Limiter(
+            settings(
+                FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME="3 per minute",
+                FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS="5 per minute",
+            )
+        )
+    )
     for _ in range(3):
         await guard.check("Alice", "192.0.2.1")
         await guard.failed("Alice", "192.0.2.1")

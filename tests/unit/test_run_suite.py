@@ -13,14 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import run_suite
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    ([], True),
-    (["--durations=50", "-x", "-k", "timeline"], True),
-    (["-m", "fault"], False),
-    (["-mfault"], False),
-    (["tests/unit"], False),
-    (["tests/e2e/test_soak.py::test_soak"], False),
-])
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], True),
+        (["--durations=50", "-x", "-k", "timeline"], True),
+        (["-m", "fault"], False),
+        (["-mfault"], False),
+        (["tests/unit"], False),
+        (["tests/e2e/test_soak.py::test_soak"], False),
+    ],
+)
 def test_only_an_unselected_run_is_staged(args: list[str], expected: bool) -> None:
     assert run_suite.staged(args) is expected
 

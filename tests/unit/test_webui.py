@@ -42,11 +42,20 @@ def test_csrf_tokens_are_bound_to_the_session_and_signed() -> None:
     assert not csrf.check(cookies, None, "session-a")
 
 
-@pytest.mark.parametrize(("raw", "expected"), [
-    ("/u/ann?cursor=abc", "/u/ann?cursor=abc"), ("/", "/"), (None, "/"), ("", "/"),
-    ("https://evil.example/", "/"), ("//evil.example/", "/"), ("/\\evil.example", "/"),
-    ("javascript:alert(1)", "/"), ("/a\r\nSet-Cookie: x=1", "/"),
-])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("/u/ann?cursor=abc", "/u/ann?cursor=abc"),
+        ("/", "/"),
+        (None, "/"),
+        ("", "/"),
+        ("https://evil.example/", "/"),
+        ("//evil.example/", "/"),
+        ("/\\evil.example", "/"),
+        ("javascript:alert(1)", "/"),
+        ("/a\r\nSet-Cookie: x=1", "/"),
+    ],
+)
 def test_next_is_always_a_local_path(raw: str | None, expected: str) -> None:
     assert safe_next(raw) == expected
 
@@ -61,7 +70,7 @@ def test_login_page_labels_every_control_and_sets_a_csrf_cookie(client: TestClie
     assert response.status_code == 200
     html = response.text
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
-    controls = re.findall(r'<(?:input|textarea)\b[^>]*>', html)
+    controls = re.findall(r"<(?:input|textarea)\b[^>]*>", html)
     visible = [c for c in controls if 'type="hidden"' not in c]
     assert len(visible) == 5  # sign in: 2, sign up: 3
     for control in visible:
@@ -81,8 +90,12 @@ def test_cookies_are_secure_behind_an_https_proxy(client: TestClient) -> None:
 
 
 def test_posts_without_a_valid_csrf_token_get_a_friendly_403(client: TestClient) -> None:
-    for kwargs in ({"data": {"username": "ann", "password": "x" * 10}}, {"content": b""},
-                   {"data": {"csrf": "forged.token"}}, {"json": {"csrf": "x"}}):
+    for kwargs in (
+        {"data": {"username": "ann", "password": "x" * 10}},
+        {"content": b""},
+        {"data": {"csrf": "forged.token"}},
+        {"json": {"csrf": "x"}},
+    ):
         response = client.post("/login", **kwargs)  # type: ignore[arg-type]
         assert response.status_code == 403
         assert response.headers["content-type"].startswith("text/html")

@@ -34,8 +34,11 @@ class _Cassandra(_Engine):
         return {"cassandra.version": self.version}
 
     def ports(self) -> dict[str, int]:
-        return {"CQL": self.config.cassandra_port, "storage": self.config.cassandra_storage_port,
-                "JMX": self.config.jmx_port(self.node)}
+        return {
+            "CQL": self.config.cassandra_port,
+            "storage": self.config.cassandra_storage_port,
+            "JMX": self.config.jmx_port(self.node),
+        }
 
     @property
     def address(self) -> str:
@@ -65,16 +68,23 @@ class _Cassandra(_Engine):
             token = -(2**63) + (self.node - 1) * (2**64 // cfg.nodes)
         else:
             seeds, token = f"{HOST}:{storage}", 0
-        return _render(HERE / "cassandra" / "cassandra.yaml", {
-            "data_dir": self.data_dir, "log_dir": self.log_dir, "host": self.host,
-            "storage_port": storage, "native_port": cfg.cassandra_port, "seeds": seeds,
-            "initial_token": token,
-            "cluster_name": "Fanline Local Cluster" if cfg.clustered else "Fanline Local",
-            # A cluster routes reads away from a slow (e.g. paused) replica and
-            # hints the writes a down replica missed; a single node has neither need.
-            "dynamic_snitch": str(cfg.clustered).lower(),
-            "hinted_handoff": str(cfg.clustered).lower(),
-        })
+        return _render(
+            HERE / "cassandra" / "cassandra.yaml",
+            {
+                "data_dir": self.data_dir,
+                "log_dir": self.log_dir,
+                "host": self.host,
+                "storage_port": storage,
+                "native_port": cfg.cassandra_port,
+                "seeds": seeds,
+                "initial_token": token,
+                "cluster_name": "Fanline Local Cluster" if cfg.clustered else "Fanline Local",
+                # A cluster routes reads away from a slow (e.g. paused) replica and
+                # hints the writes a down replica missed; a single node has neither need.
+                "dynamic_snitch": str(cfg.clustered).lower(),
+                "hinted_handoff": str(cfg.clustered).lower(),
+            },
+        )
 
     def jamm_jar(self) -> Path | None:
         jars = sorted(self.lib_dir.glob("jamm-*.jar"))
@@ -108,9 +118,11 @@ class _Cassandra(_Engine):
             # on a busy 2-core machine, for a figure that is always ~125 bytes here.
             cmd.append("-Dcassandra.memtable.row_overhead_size=125")
         if cfg.cassandra_jmx_port:
-            cmd += [f"-Dcassandra.jmx.local.port={cfg.jmx_port(self.node)}",
-                    "-Dcom.sun.management.jmxremote.authenticate=false",
-                    f"-Djava.rmi.server.hostname={HOST}"]
+            cmd += [
+                f"-Dcassandra.jmx.local.port={cfg.jmx_port(self.node)}",
+                "-Dcom.sun.management.jmxremote.authenticate=false",
+                f"-Djava.rmi.server.hostname={HOST}",
+            ]
         cmd += ["-cp", self.classpath, self.main_class]
         return cmd
 

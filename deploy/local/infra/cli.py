@@ -33,8 +33,10 @@ def _print_status(infra: LocalInfra) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="infra", description="Local Cassandra + Kafka for Fanline (no Docker): one node each, "
-        "or FANLINE_INFRA_NODES=3 for a three-node cluster of each on 127.0.0.11-13.")
+        prog="infra",
+        description="Local Cassandra + Kafka for Fanline (no Docker): one node each, "
+        "or FANLINE_INFRA_NODES=3 for a three-node cluster of each on 127.0.0.11-13.",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch", help="download engine jars with Maven (skipped when cached)")
     p_up = sub.add_parser("up", help="fetch if needed, start both engines, wait until they answer")

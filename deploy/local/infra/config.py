@@ -21,10 +21,26 @@ CLUSTER_HOST_BASE = 10
 # Single node vs. cluster defaults: the cluster uses other ports *as well as* other
 # addresses, so it can run beside the single-node pair (local JMX always binds
 # 127.0.0.1, so JMX ports must differ per node anyway: base + node index).
-SINGLE_DEFAULTS: dict[str, int | str] = {"cql": 9042, "storage": 7000, "jmx": 7199, "kafka": 9092, "controller": 9093,
-                   "cassandra_heap": "1G", "kafka_heap": "512M", "state": ".infra"}
-CLUSTER_DEFAULTS: dict[str, int | str] = {"cql": 9142, "storage": 7100, "jmx": 7310, "kafka": 9192, "controller": 9193,
-                    "cassandra_heap": "512M", "kafka_heap": "256M", "state": ".infra-cluster"}
+SINGLE_DEFAULTS: dict[str, int | str] = {
+    "cql": 9042,
+    "storage": 7000,
+    "jmx": 7199,
+    "kafka": 9092,
+    "controller": 9093,
+    "cassandra_heap": "1G",
+    "kafka_heap": "512M",
+    "state": ".infra",
+}
+CLUSTER_DEFAULTS: dict[str, int | str] = {
+    "cql": 9142,
+    "storage": 7100,
+    "jmx": 7310,
+    "kafka": 9192,
+    "controller": 9193,
+    "cassandra_heap": "512M",
+    "kafka_heap": "256M",
+    "state": ".infra-cluster",
+}
 
 DEFAULT_CASSANDRA_VERSION = "5.0.9"
 DEFAULT_KAFKA_VERSION = "4.1.1"

@@ -116,14 +116,12 @@ class _Engine:
         shutil.rmtree(staging, ignore_errors=True)
         build.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(self.pom, build / "pom.xml")
-        cmd = [mvn, "-q", "-B", "-f", str(build / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={staging}"]
+        cmd = [mvn, "-q", "-B", "-f", str(build / "pom.xml"), "dependency:copy-dependencies", f"-DoutputDirectory={staging}"]
         cmd += [f"-D{k}={v}" for k, v in self.maven_properties().items()]
         log(f"fetching {self.name} {self.version} with Maven ...")
         started = time.monotonic()
         try:
-            result = subprocess.run(cmd, cwd=build, capture_output=True, text=True,
-                                    timeout=self.config.fetch_timeout)
+            result = subprocess.run(cmd, cwd=build, capture_output=True, text=True, timeout=self.config.fetch_timeout)
         except subprocess.TimeoutExpired as exc:
             raise InfraError(f"mvn timed out after {exc.timeout:.0f}s fetching {self.name}") from exc
         if result.returncode != 0:
@@ -133,7 +131,8 @@ class _Engine:
         if not jars:
             raise InfraError(f"mvn produced no jars for {self.name} in {staging}")
         (staging / _FETCH_MARKER).write_text(
-            json.dumps({"version": self.version, "jars": len(jars), "fetched_at": time.time()}) + "\n")
+            json.dumps({"version": self.version, "jars": len(jars), "fetched_at": time.time()}) + "\n"
+        )
         shutil.rmtree(self.lib_dir, ignore_errors=True)
         staging.rename(self.lib_dir)
         log(f"fetched {self.name} {self.version}: {len(jars)} jars in {time.monotonic() - started:.1f}s")
@@ -158,7 +157,8 @@ class _Engine:
             if port and not _port_free(host, port):
                 raise EngineStartError(
                     f"{self.name}: {what} port {host}:{port} is already in use by another process; "
-                    f"stop it or choose another port (see FANLINE_* env vars)")
+                    f"stop it or choose another port (see FANLINE_* env vars)"
+                )
 
     def launch(self) -> None:
         """Start the JVM in the background in its own session/process group."""
@@ -169,15 +169,23 @@ class _Engine:
         env = dict(os.environ)
         env.setdefault("MALLOC_ARENA_MAX", "4")
         (self.log_dir / "launch-command.txt").write_text(" \\\n  ".join(cmd) + "\n")
-        self._log_offsets = {path: (path.stat().st_size if path.is_file() else 0)
-                             for path in (self.main_log, self.stdout_log)}
+        self._log_offsets = {path: (path.stat().st_size if path.is_file() else 0) for path in (self.main_log, self.stdout_log)}
         with self.stdout_log.open("ab") as out:
-            out.write(f"=== fanline infra: {self.name} started at {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                      f" (command line in launch-command.txt)\n".encode())
+            out.write(
+                f"=== fanline infra: {self.name} started at {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                f" (command line in launch-command.txt)\n".encode()
+            )
             out.flush()
-            self._proc = subprocess.Popen(cmd, cwd=self.home, stdin=subprocess.DEVNULL, stdout=out,
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                          close_fds=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self.home,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         self.pid_file.write_text(f"{self._proc.pid}\n")
 
     def exit_reason(self) -> str | None:
@@ -215,8 +223,7 @@ class _Engine:
 
     def wait_stopped(self, pids: set[int], timeout: float) -> None:
         """Wait for ``pids`` to exit; SIGKILL their groups after ``timeout`` seconds."""
-        if pids and not _wait_for(lambda: self._reap() or not any(_pid_alive(p) for p in pids),
-                                  timeout, 0.2):
+        if pids and not _wait_for(lambda: self._reap() or not any(_pid_alive(p) for p in pids), timeout, 0.2):
             for p in pids:
                 _signal_group(p, signal.SIGKILL)
             if not _wait_for(lambda: self._reap() or not any(_pid_alive(p) for p in pids), 15.0, 0.2):

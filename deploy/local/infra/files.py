@@ -25,8 +25,7 @@ def _render(template: Path, values: dict[str, object]) -> str:
         return str(values[key])
 
     lines = template.read_text(encoding="utf-8").splitlines(keepends=True)
-    return "".join(line if line.lstrip().startswith("#") else re.sub(r"@\{([a-z_]+)\}", sub, line)
-                   for line in lines)
+    return "".join(line if line.lstrip().startswith("#") else re.sub(r"@\{([a-z_]+)\}", sub, line) for line in lines)
 
 
 def _read_jvm_options(path: Path) -> list[str]:

@@ -50,10 +50,14 @@ class _Kafka(_Engine):
         return self.config.kafka_port
 
     def _jvm_base(self, heap: str) -> list[str]:
-        return [self.config.java, f"-Xms{heap}", f"-Xmx{heap}",
-                *_read_jvm_options(HERE / "kafka" / "jvm.options"),
-                f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.xml'}",
-                f"-Dkafka.logs.dir={self.log_dir}"]
+        return [
+            self.config.java,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            *_read_jvm_options(HERE / "kafka" / "jvm.options"),
+            f"-Dlog4j2.configurationFile={self.conf_dir / 'log4j2.xml'}",
+            f"-Dkafka.logs.dir={self.log_dir}",
+        ]
 
     def cluster_id(self) -> str:
         """Persistent KRaft cluster id (Kafka's Uuid format: url-safe base64, no padding)."""
@@ -79,16 +83,17 @@ class _Kafka(_Engine):
         """This broker's rendered ``server.properties``."""
         cfg = self.config
         values: dict[str, object] = {
-            "host": self.host, "broker_port": cfg.kafka_port,
-            "controller_port": cfg.kafka_controller_port, "data_dir": self.data_dir,
+            "host": self.host,
+            "broker_port": cfg.kafka_port,
+            "controller_port": cfg.kafka_controller_port,
+            "data_dir": self.data_dir,
         }
         template = "server.properties"
         if cfg.clustered:
             # Static quorum: every broker is also a controller voter (combined mode).
             template = "server-cluster.properties"
             values["node_id"] = self.node
-            values["voters"] = ",".join(f"{i}@{cfg.host(i)}:{cfg.kafka_controller_port}"
-                                        for i in range(1, cfg.nodes + 1))
+            values["voters"] = ",".join(f"{i}@{cfg.host(i)}:{cfg.kafka_controller_port}" for i in range(1, cfg.nodes + 1))
             values["rf"] = min(3, cfg.nodes)
             values["min_isr"] = max(1, min(3, cfg.nodes) - 1)
         return _render(HERE / "kafka" / template, values)
@@ -96,9 +101,18 @@ class _Kafka(_Engine):
     def _format(self) -> None:
         """Format the KRaft storage once (standalone dynamic quorum with this node as voter)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [*self._jvm_base("256M"), "-cp", self.classpath, KAFKA_STORAGE_TOOL, "format",
-               "-t", self.cluster_id(), "-c", str(self.conf_dir / "server.properties"),
-               "--ignore-formatted"]
+        cmd = [
+            *self._jvm_base("256M"),
+            "-cp",
+            self.classpath,
+            KAFKA_STORAGE_TOOL,
+            "format",
+            "-t",
+            self.cluster_id(),
+            "-c",
+            str(self.conf_dir / "server.properties"),
+            "--ignore-formatted",
+        ]
         if not self.config.clustered:
             cmd.append("--standalone")  # a cluster's static voters need no flag
         result = subprocess.run(cmd, cwd=self.home, capture_output=True, text=True, timeout=180)
@@ -107,8 +121,11 @@ class _Kafka(_Engine):
             raise EngineStartError("kafka storage format failed:\n" + (result.stdout + result.stderr)[-4000:])
 
     def command(self) -> list[str]:
-        return self._jvm_base(self.config.kafka_heap) + self.markers + [
-            "-cp", self.classpath, self.main_class, str(self.conf_dir / "server.properties")]
+        return (
+            self._jvm_base(self.config.kafka_heap)
+            + self.markers
+            + ["-cp", self.classpath, self.main_class, str(self.conf_dir / "server.properties")]
+        )
 
     def probe(self) -> bool:
         try:

@@ -45,8 +45,7 @@ def _java_major(java: str) -> int:
 class LocalInfra:
     """Manage the local Cassandra + Kafka pair. All public methods are idempotent."""
 
-    def __init__(self, config: InfraConfig | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, config: InfraConfig | None = None, log: Callable[[str], None] | None = None) -> None:
         self.config = config or InfraConfig.from_env()
         cfg = self.config
         numbers = range(1, cfg.nodes + 1) if cfg.clustered else range(0, 1)
@@ -81,9 +80,11 @@ class LocalInfra:
     def settings_env(self) -> dict[str, str]:
         """The services' settings that point them at these engines (``infra env``):
         contact points, CQL port, bootstrap servers and, for a cluster, RF 3."""
-        env = {"FANLINE_CASSANDRA_HOSTS": self.cassandra_hosts,
-               "FANLINE_CASSANDRA_PORT": str(self.config.cassandra_port),
-               "FANLINE_KAFKA_BOOTSTRAP": self.kafka_bootstrap}
+        env = {
+            "FANLINE_CASSANDRA_HOSTS": self.cassandra_hosts,
+            "FANLINE_CASSANDRA_PORT": str(self.config.cassandra_port),
+            "FANLINE_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+        }
         if self.config.clustered:
             rf = str(min(3, self.config.nodes))
             env.update({"FANLINE_CASSANDRA_RF": rf, "FANLINE_TOPIC_RF": rf})
@@ -153,7 +154,8 @@ class LocalInfra:
         if need_mvn and shutil.which(self.config.mvn) is None:
             raise InfraUnavailable(
                 f"mvn not found ({self.config.mvn!r}) and the engine jars are not cached in "
-                f"{self.config.state_dir}; install Maven or set FANLINE_MVN")
+                f"{self.config.state_dir}; install Maven or set FANLINE_MVN"
+            )
 
     def fetch(self, only: str | None = None) -> None:
         """Download (via Maven, ~/.m2 cache) the jars of each engine not fetched yet."""
@@ -178,8 +180,7 @@ class LocalInfra:
             waiting: list[tuple[_Engine, float]] = []
             to_launch: list[_Engine] = []
             for engine in engines:
-                timeout = (self.config.cassandra_start_timeout if engine.kind == "cassandra"
-                           else self.config.kafka_start_timeout)
+                timeout = self.config.cassandra_start_timeout if engine.kind == "cassandra" else self.config.kafka_start_timeout
                 if engine.running():
                     if engine.ready():
                         self.startup_seconds[engine.name] = 0.0
@@ -223,8 +224,7 @@ class LocalInfra:
                 if reason:
                     return engine.failure_report(reason)
                 if elapsed > timeout:
-                    return engine.failure_report(
-                        f"{engine.name} did not answer on {engine.address} within {timeout:.0f}s")
+                    return engine.failure_report(f"{engine.name} did not answer on {engine.address} within {timeout:.0f}s")
             return None
 
         longest = max((t for _, t in waiting), default=0.0) + 5.0
@@ -247,8 +247,7 @@ class LocalInfra:
             return False
 
         if not _wait_for(all_live, self.config.kafka_start_timeout, interval=0.5):
-            raise EngineStartError(f"kafka: fewer than {want} live brokers after "
-                                   f"{self.config.kafka_start_timeout:.0f}s")
+            raise EngineStartError(f"kafka: fewer than {want} live brokers after {self.config.kafka_start_timeout:.0f}s")
 
     def start(self, fresh: bool = False) -> None:
         """Fetch if needed and start all engines (reusing any that already answer)."""
@@ -315,9 +314,14 @@ class LocalInfra:
         for engine in self._engines():
             pid = engine.pid()
             answering = pid is not None and engine.ready()
-            out[engine.name] = {"kind": engine.kind, "pid": pid, "running": pid is not None,
-                                "answering": answering,
-                                "address": engine.address, "configured_version": engine.version}
+            out[engine.name] = {
+                "kind": engine.kind,
+                "pid": pid,
+                "running": pid is not None,
+                "answering": answering,
+                "address": engine.address,
+                "configured_version": engine.version,
+            }
         return out
 
     def versions(self) -> dict[str, str]:
@@ -347,9 +351,19 @@ class LocalInfra:
         if not self.config.cassandra_jmx_port:
             raise InfraUnavailable("nodetool needs JMX; FANLINE_CASSANDRA_JMX_PORT is 0")
         engine = self.node("cassandra", node)
-        return [self.config.java, "-Xmx128M", *self._tool_jvm_flags(),
-                "-cp", self.tools_classpath(), NODETOOL_MAIN,
-                "-h", HOST, "-p", str(self.config.jmx_port(engine.node)), *args]
+        return [
+            self.config.java,
+            "-Xmx128M",
+            *self._tool_jvm_flags(),
+            "-cp",
+            self.tools_classpath(),
+            NODETOOL_MAIN,
+            "-h",
+            HOST,
+            "-p",
+            str(self.config.jmx_port(engine.node)),
+            *args,
+        ]
 
     def stress_classpath(self) -> str:
         """Classpath for cassandra-stress: a user-supplied ``stress.jar`` + cassandra-all deps.
@@ -359,25 +373,38 @@ class LocalInfra:
         ``tools/lib/stress.jar``. Point ``FANLINE_CASSANDRA_STRESS_JAR`` at such a
         jar (or drop it at ``<state>/cassandra/tools/stress.jar``).
         """
-        candidates = [os.environ.get("FANLINE_CASSANDRA_STRESS_JAR", ""),
-                      str(self.cassandra.home / "tools" / "stress.jar")]
+        candidates = [os.environ.get("FANLINE_CASSANDRA_STRESS_JAR", ""), str(self.cassandra.home / "tools" / "stress.jar")]
         for cand in candidates:
             if cand and Path(cand).is_file():
                 return f"{Path(cand).resolve()}{os.pathsep}{self.tools_classpath()}"
         raise InfraUnavailable(
             "cassandra-stress is not published to Maven Central; set FANLINE_CASSANDRA_STRESS_JAR "
-            "to tools/lib/stress.jar from an apache-cassandra binary tarball of the same version")
+            "to tools/lib/stress.jar from an apache-cassandra binary tarball of the same version"
+        )
 
     def stress_command(self, *args: str) -> list[str]:
         """Command line for ``cassandra-stress <args>`` against the local node."""
-        return [self.config.java, "-Xmx512M", *self._tool_jvm_flags(),
-                "-Dcassandra.storagedir=" + str(self.cassandra.data_dir),
-                "-cp", self.stress_classpath(), STRESS_MAIN, *args,
-                "-node", HOST, "-port", f"native={self.config.cassandra_port}"]
+        return [
+            self.config.java,
+            "-Xmx512M",
+            *self._tool_jvm_flags(),
+            "-Dcassandra.storagedir=" + str(self.cassandra.data_dir),
+            "-cp",
+            self.stress_classpath(),
+            STRESS_MAIN,
+            *args,
+            "-node",
+            HOST,
+            "-port",
+            f"native={self.config.cassandra_port}",
+        ]
 
     @staticmethod
     def _tool_jvm_flags() -> list[str]:
         """Java 17 module flags from jvm.options plus quiet logging for client tools."""
-        flags = [f for f in _read_jvm_options(HERE / "cassandra" / "jvm.options")
-                 if f.startswith(("--add-", "-Djdk.attach", "-Dio.netty", "-Djava.net"))]
+        flags = [
+            f
+            for f in _read_jvm_options(HERE / "cassandra" / "jvm.options")
+            if f.startswith(("--add-", "-Djdk.attach", "-Dio.netty", "-Djava.net"))
+        ]
         return [*flags, f"-Dlogback.configurationFile=file://{HERE / 'cassandra' / 'logback-tools.xml'}"]

@@ -30,6 +30,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
         buf += chunk
     return bytes(buf)
 
+
 def _cql_string(s: str) -> bytes:
     raw = s.encode("utf-8")
     return struct.pack(">H", len(raw)) + raw
@@ -141,9 +142,7 @@ def cql_release_version(host: str, port: int, timeout: float = 5.0) -> str:
         return version
 
 
-def _kafka_request(
-    sock: socket.socket, api_key: int, api_version: int, correlation_id: int, body: bytes
-) -> bytes:
+def _kafka_request(sock: socket.socket, api_key: int, api_version: int, correlation_id: int, body: bytes) -> bytes:
     """Send a non-flexible (header v1) Kafka request and return the response body."""
     client_id = b"fanline-infra"
     header = struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id

@@ -114,8 +114,7 @@ class Gate:
     once within ``policy.fast_refusal_s`` of a refusal at the deadline);
     every successful ``enter()`` is paired with one ``leave()``."""
 
-    def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter,
-                 service: str = "") -> None:
+    def __init__(self, policy: AdmissionPolicy, clock: Callable[[], float] = time.perf_counter, service: str = "") -> None:
         self.policy = policy
         self._clock = clock
         self._in_flight = 0

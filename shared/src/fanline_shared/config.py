@@ -55,8 +55,7 @@ def internal_token(env: Env) -> str | None:
     if len(value) < INTERNAL_TOKEN_MIN or not all(0x21 <= ord(c) <= 0x7E for c in value):
         raise ConfigError(f"FANLINE_INTERNAL_TOKEN must be at least {INTERNAL_TOKEN_MIN} visible ASCII characters")
     if is_production(env) and looks_like_placeholder(value):
-        raise ConfigError("FANLINE_INTERNAL_TOKEN is a placeholder; production needs a random value "
-                          "(e.g. openssl rand -hex 32)")
+        raise ConfigError("FANLINE_INTERNAL_TOKEN is a placeholder; production needs a random value (e.g. openssl rand -hex 32)")
     return value
 
 
@@ -124,8 +123,10 @@ def admission_policy(env: Env, default: AdmissionPolicy) -> AdmissionPolicy:
     names serve every service; each process reads its own environment."""
     tolerance = env.number("FANLINE_ADMISSION_LATENCY_TOLERANCE", default.latency_tolerance)
     if 0 < tolerance < 1:
-        raise ConfigError("FANLINE_ADMISSION_LATENCY_TOLERANCE must be 0 (a fixed limit) or at least 1 "
-                          f"(a multiple of the latency without a queue), got {tolerance:g}")
+        raise ConfigError(
+            "FANLINE_ADMISSION_LATENCY_TOLERANCE must be 0 (a fixed limit) or at least 1 "
+            f"(a multiple of the latency without a queue), got {tolerance:g}"
+        )
     return dataclasses.replace(
         default,
         max_in_flight=env.integer("FANLINE_ADMISSION_MAX_IN_FLIGHT", default.max_in_flight, minimum=0),
@@ -231,8 +232,7 @@ class KafkaSettings:
             events_topic=env.string("FANLINE_EVENTS_TOPIC", "fanline.events"),
             dlq_topic=env.string("FANLINE_DLQ_TOPIC", "fanline.events.dlq"),
             # The fan-out worker's own topic of large fan-outs' slices.
-            chunks_topic=env.string("FANLINE_CHUNKS_TOPIC",
-                                    env.string("FANLINE_EVENTS_TOPIC", "fanline.events") + ".chunks"),
+            chunks_topic=env.string("FANLINE_CHUNKS_TOPIC", env.string("FANLINE_EVENTS_TOPIC", "fanline.events") + ".chunks"),
             partitions=env.integer("FANLINE_TOPIC_PARTITIONS", 8, minimum=1),
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
             request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),

@@ -28,9 +28,7 @@ _UUID_EPOCH = datetime(1582, 10, 15, tzinfo=UTC)
 def validate_username(value: object) -> str:
     """Return the username as given (display case) or raise ``invalid_username``."""
     if not isinstance(value, str) or not USERNAME_RE.fullmatch(value):
-        raise InvalidInput(
-            "username must be 1-15 characters of A-Z, a-z, 0-9 and _", code="invalid_username"
-        )
+        raise InvalidInput("username must be 1-15 characters of A-Z, a-z, 0-9 and _", code="invalid_username")
     return value
 
 
@@ -40,9 +38,7 @@ def is_valid_username(value: str) -> bool:
 
 def validate_password(value: object) -> str:
     if not isinstance(value, str) or not PASSWORD_MIN <= len(value) <= PASSWORD_MAX:
-        raise InvalidInput(
-            f"password must be {PASSWORD_MIN}-{PASSWORD_MAX} characters", code="invalid_password"
-        )
+        raise InvalidInput(f"password must be {PASSWORD_MIN}-{PASSWORD_MAX} characters", code="invalid_password")
     return value
 
 

@@ -98,8 +98,7 @@ class Overloaded(Unavailable):
     (``OVERLOADED_HEADER``, set when ``shed_by`` names the service) and do not
     retry it at once (``policies.PEER_REQUEST``)."""
 
-    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None,
-                 shed_by: str | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: int = 1, code: str | None = None, shed_by: str | None = None) -> None:
         super().__init__(message, retry_after=retry_after, code=code)
         self.headers: dict[str, str] = {OVERLOADED_HEADER: shed_by} if shed_by else {}
 

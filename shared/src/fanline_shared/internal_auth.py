@@ -65,8 +65,9 @@ class InternalAuthMiddleware:
             return
         if not self.allowed(scope):
             metrics.INTERNAL_AUTH_FAILURES.labels(self._service).inc()
-            response = json_response(error_body(CODE, "this internal API needs the service credential"), 401,
-                                     {"WWW-Authenticate": "Fanline-Internal"})
+            response = json_response(
+                error_body(CODE, "this internal API needs the service credential"), 401, {"WWW-Authenticate": "Fanline-Internal"}
+            )
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)

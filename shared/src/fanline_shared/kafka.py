@@ -52,12 +52,19 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
         await _quiet_close(admin)
         raise Unavailable(f"kafka unavailable at {settings.bootstrap}: {exc!r}") from None
     try:
-        wanted = {settings.events_topic: settings.partitions, settings.dlq_topic: settings.partitions,
-                  settings.chunks_topic: settings.partitions}
+        wanted = {
+            settings.events_topic: settings.partitions,
+            settings.dlq_topic: settings.partitions,
+            settings.chunks_topic: settings.partitions,
+        }
         existing = set(await admin.list_topics())
         missing = [
-            NewTopic(name, num_partitions=n, replication_factor=settings.replication_factor,
-                     topic_configs=topic_configs(settings.replication_factor))
+            NewTopic(
+                name,
+                num_partitions=n,
+                replication_factor=settings.replication_factor,
+                topic_configs=topic_configs(settings.replication_factor),
+            )
             for name, n in wanted.items()
             if name not in existing
         ]
@@ -159,8 +166,10 @@ class EventPublisher:
         if time.monotonic() < self._retry_at:
             raise Unavailable(f"kafka unavailable: {self._cause}")
         if self._unacked >= self._bounds.max_unacked:
-            raise Unavailable(f"kafka producer holds {self._unacked} unacknowledged events; "
-                              f"refusing more until the broker answers ({self._cause})")
+            raise Unavailable(
+                f"kafka producer holds {self._unacked} unacknowledged events; "
+                f"refusing more until the broker answers ({self._cause})"
+            )
 
     async def _ensure(self) -> AIOKafkaProducer:
         if self._producer is not None:
@@ -214,9 +223,9 @@ class EventPublisher:
         pending = self._pending.get(event.id)
         if pending is not None:
             return pending
-        future: asyncio.Future[Any] = await producer.send(self._settings.events_topic, event.payload,
-                                                          key=event.key.encode(),
-                                                          headers=kafka_headers(event.request_id))
+        future: asyncio.Future[Any] = await producer.send(
+            self._settings.events_topic, event.payload, key=event.key.encode(), headers=kafka_headers(event.request_id)
+        )
         self._track(event, future)
         return future
 
@@ -328,7 +337,8 @@ class EventPublisher:
             if error is None:
                 failures = [f.exception() for _, f in sent if f.done() and not f.cancelled()]
                 error = next((e for e in failures if e is not None), None) or TimeoutError(
-                    f"{len(batch) - len(done)} of {len(batch)} events not acknowledged in time")
+                    f"{len(batch) - len(done)} of {len(batch)} events not acknowledged in time"
+                )
             await self._after_failure(error)
         if done:
             self._succeeded(producer, started)

@@ -136,8 +136,9 @@ def logging_config(service: str, fmt: str = "json", level: str = "INFO") -> dict
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, not {fmt!r}")
     level = level.upper()
-    renderer: Any = (structlog.processors.JSONRenderer(serializer=_json) if fmt == "json"
-                     else structlog.dev.ConsoleRenderer(colors=False))
+    renderer: Any = (
+        structlog.processors.JSONRenderer(serializer=_json) if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -154,9 +155,7 @@ def logging_config(service: str, fmt: str = "json", level: str = "INFO") -> dict
         },
         "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "structlog"}},
         "root": {"level": level, "handlers": ["default"]},
-        "loggers": {
-            name: {"level": max(logging.WARNING, logging.getLevelName(level))} for name in _NOISY
-        },
+        "loggers": {name: {"level": max(logging.WARNING, logging.getLevelName(level))} for name in _NOISY},
     }
 
 
@@ -183,9 +182,12 @@ def _configure_structlog(service: str | None, *, cache: bool) -> None:
     """structlog loggers hand their events to ``logging`` (rendered by the
     root handler's ``ProcessorFormatter``)."""
     structlog.configure(
-        processors=[structlog.stdlib.filter_by_level, *_pre_chain(service),
-                    structlog.stdlib.PositionalArgumentsFormatter(),
-                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *_pre_chain(service),
+            structlog.stdlib.PositionalArgumentsFormatter(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=cache,

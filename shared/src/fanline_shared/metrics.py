@@ -30,7 +30,20 @@ from prometheus_client import (
 # Latency buckets from 0.5 ms to 10 s: fine enough for Cassandra statements,
 # wide enough for a 10,000-follower fan-out.
 LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 # Fan-out and delivery lag can take longer.
 LONG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -38,14 +51,14 @@ LONG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 3
 # Exposed as fanline_build_info{service, version} 1, exactly what an Info would
 # give, but it survives multiprocess mode ("max": the same 1 in every process).
 BUILD_INFO = Gauge(
-    "fanline_build_info", "Build information of the running service", ["service", "version"],
+    "fanline_build_info",
+    "Build information of the running service",
+    ["service", "version"],
     multiprocess_mode="max",
 )
 
 # --- HTTP (every service) ---------------------------------------------------
-HTTP_REQUESTS = Counter(
-    "fanline_http_requests_total", "HTTP requests served", ["service", "method", "route", "status"]
-)
+HTTP_REQUESTS = Counter("fanline_http_requests_total", "HTTP requests served", ["service", "method", "route", "status"])
 HTTP_LATENCY = Histogram(
     "fanline_http_request_duration_seconds",
     "HTTP request latency",
@@ -60,15 +73,20 @@ ADMISSION_SHED = Counter(
 )
 ADMISSION_LIMIT = Gauge(
     "fanline_admission_limit",
-    "Requests admission control lets in flight now (adaptive at the gateway: admission.LatencyLimit)", ["service"],
+    "Requests admission control lets in flight now (adaptive at the gateway: admission.LatencyLimit)",
+    ["service"],
     multiprocess_mode="livemax",
 )
 ADMISSION_IN_FLIGHT = Gauge(
-    "fanline_admission_in_flight", "Requests admitted and not yet answered (streams and operations not counted)",
-    ["service"], multiprocess_mode="livesum",
+    "fanline_admission_in_flight",
+    "Requests admitted and not yet answered (streams and operations not counted)",
+    ["service"],
+    multiprocess_mode="livesum",
 )
 ADMISSION_WAITING = Gauge(
-    "fanline_admission_waiting", "Requests waiting for an admission slot now", ["service"],
+    "fanline_admission_waiting",
+    "Requests waiting for an admission slot now",
+    ["service"],
     multiprocess_mode="livesum",
 )
 # Waits are bounded by the queue deadline (tens of ms): finer buckets.
@@ -84,9 +102,7 @@ PEER_LATENCY = Histogram(
     ["service", "peer", "operation"],
     buckets=LATENCY_BUCKETS,
 )
-PEER_ERRORS = Counter(
-    "fanline_peer_errors_total", "Failed calls to another Fanline service", ["service", "peer", "operation"]
-)
+PEER_ERRORS = Counter("fanline_peer_errors_total", "Failed calls to another Fanline service", ["service", "peer", "operation"])
 
 # --- domain -----------------------------------------------------------------
 TWEETS_POSTED = Counter("fanline_tweets_posted_total", "Tweets accepted (201) by the gateway")
@@ -95,14 +111,10 @@ USERS_CREATED = Counter("fanline_users_created_total", "Users signed up")
 LOGINS = Counter("fanline_logins_total", "Log-in attempts by outcome", ["outcome"])
 
 # --- fan-out worker ---------------------------------------------------------
-EVENTS_CONSUMED = Counter(
-    "fanline_events_consumed_total", "Events consumed by the fan-out worker", ["type", "outcome"]
-)
+EVENTS_CONSUMED = Counter("fanline_events_consumed_total", "Events consumed by the fan-out worker", ["type", "outcome"])
 TIMELINE_ROWS_WRITTEN = Counter("fanline_timeline_rows_written_total", "Home-timeline rows written")
 TIMELINE_ROWS_REMOVED = Counter("fanline_timeline_rows_removed_total", "Home-timeline rows removed")
-FANOUT_DURATION = Histogram(
-    "fanline_fanout_duration_seconds", "Time to process one event", ["type"], buckets=LONG_BUCKETS
-)
+FANOUT_DURATION = Histogram("fanline_fanout_duration_seconds", "Time to process one event", ["type"], buckets=LONG_BUCKETS)
 FANOUT_PAGE_DURATION = Histogram(
     "fanline_fanout_page_duration_seconds",
     "Time to write one page of followers' timeline rows",
@@ -116,7 +128,9 @@ DELIVERY_LAG = Histogram(
 # Set by each worker replica for the partitions it owns right now (a partition
 # it lost in a rebalance is removed, so sum() over replicas does not count twice).
 CONSUMER_LAG = Gauge(
-    "fanline_consumer_lag_messages", "Messages behind the log end, per partition", ["topic", "partition"],
+    "fanline_consumer_lag_messages",
+    "Messages behind the log end, per partition",
+    ["topic", "partition"],
     multiprocess_mode="livemax",
 )
 FANOUT_SKIPPED_LARGE = Counter(
@@ -124,7 +138,8 @@ FANOUT_SKIPPED_LARGE = Counter(
     "Tweets of large accounts not fanned out on write (merged into home timelines at read time)",
 )
 FANOUT_CHUNKS = Counter(
-    "fanline_fanout_chunks_total", "Slices of large fan-outs handed on to the chunks topic",
+    "fanline_fanout_chunks_total",
+    "Slices of large fan-outs handed on to the chunks topic",
 )
 EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
 DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
@@ -136,15 +151,16 @@ CASSANDRA_LATENCY = Histogram(
     ["statement"],
     buckets=LATENCY_BUCKETS,
 )
-CASSANDRA_ERRORS = Counter(
-    "fanline_cassandra_statement_errors_total", "Cassandra statement errors", ["statement", "error"]
-)
+CASSANDRA_ERRORS = Counter("fanline_cassandra_statement_errors_total", "Cassandra statement errors", ["statement", "error"])
 SQLITE_LATENCY = Histogram(
-    "fanline_sqlite_operation_duration_seconds", "Embedded SQLite operation latency", ["operation"],
+    "fanline_sqlite_operation_duration_seconds",
+    "Embedded SQLite operation latency",
+    ["operation"],
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_LATENCY = Histogram(
-    "fanline_kafka_produce_duration_seconds", "Kafka produce latency (until acknowledged)",
+    "fanline_kafka_produce_duration_seconds",
+    "Kafka produce latency (until acknowledged)",
     buckets=LATENCY_BUCKETS,
 )
 KAFKA_PRODUCE_ERRORS = Counter("fanline_kafka_produce_errors_total", "Kafka produce failures", ["error"])
@@ -157,14 +173,20 @@ KAFKA_PRODUCER_UNACKED = Gauge(
 # No Cassandra or Kafka exporter is needed for these: the driver's and the
 # producer's own view of the nodes, refreshed by their metadata.
 CASSANDRA_NODE_UP = Gauge(
-    "fanline_cassandra_node_up", "Cassandra node up (1) or down (0), as this process's driver sees it", ["node"],
+    "fanline_cassandra_node_up",
+    "Cassandra node up (1) or down (0), as this process's driver sees it",
+    ["node"],
     multiprocess_mode="livemin",
 )
 KAFKA_BROKERS_LIVE = Gauge(
-    "fanline_kafka_brokers_live", "Live brokers in the producer's cluster metadata", multiprocess_mode="livemin",
+    "fanline_kafka_brokers_live",
+    "Live brokers in the producer's cluster metadata",
+    multiprocess_mode="livemin",
 )
 KAFKA_PARTITION_LEADERS = Gauge(
-    "fanline_kafka_partition_leaders", "Events-topic partitions each broker leads (producer metadata)", ["broker"],
+    "fanline_kafka_partition_leaders",
+    "Events-topic partitions each broker leads (producer metadata)",
+    ["broker"],
     multiprocess_mode="livemax",
 )
 KAFKA_UNDER_REPLICATED = Gauge(
@@ -177,12 +199,14 @@ TWEET_CACHE_LOOKUPS = Counter(
 )
 # --- home timelines: hybrid read and cap (tweet-store) --------------------------
 HOME_MERGED_ACCOUNTS = Histogram(
-    "fanline_home_merged_accounts", "Followed large accounts merged into one home-timeline read",
+    "fanline_home_merged_accounts",
+    "Followed large accounts merged into one home-timeline read",
     buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
 )
 HOME_MERGE_LOOKUPS = Counter(
     "fanline_home_merge_lookups_total",
-    "Large accounts' recent tweets looked up for a home read, by result (hit: from the cached head)", ["result"],
+    "Large accounts' recent tweets looked up for a home read, by result (hit: from the cached head)",
+    ["result"],
 )
 HOME_FALLBACK_READS = Counter(
     "fanline_home_fallback_reads_total",
@@ -192,16 +216,20 @@ HOME_REGENERATIONS = Counter(
     "fanline_home_regenerations_total", "Home timelines regenerated for returning users, by outcome", ["outcome"]
 )
 HOME_REGENERATION_DURATION = Histogram(
-    "fanline_home_regeneration_duration_seconds", "Time to regenerate one home timeline", buckets=LONG_BUCKETS,
+    "fanline_home_regeneration_duration_seconds",
+    "Time to regenerate one home timeline",
+    buckets=LONG_BUCKETS,
 )
 FANOUT_WRITE_LIMIT = Gauge(
-    "fanline_fanout_write_limit", "Fan-out writes tweet-store lets in flight now (adaptive, limiter.py)",
+    "fanline_fanout_write_limit",
+    "Fan-out writes tweet-store lets in flight now (adaptive, limiter.py)",
     multiprocess_mode="livemax",
 )
 FANOUT_WRITE_LIMIT_DECREASES = Counter(
     "fanline_fanout_write_limit_decreases_total",
     "Times tweet-store's fan-out write limit shrank, by cause: writes slow while users were served (busy), "
-    "slow while idle, or a write that failed", ["cause"],
+    "slow while idle, or a write that failed",
+    ["cause"],
 )
 FANOUT_WRITE_LIMIT_PROBES = Counter(
     "fanline_fanout_write_limit_probes_total",
@@ -211,30 +239,35 @@ FANOUT_WRITE_LIMIT_PROBES = Counter(
 FANOUT_PAGES_EXPIRED = Counter(
     "fanline_fanout_pages_expired_total",
     "Fan-out pages tweet-store did not write within the caller's budget (503; the worker sends them again), "
-    "by outcome: refused before starting (too much queued) or expired part-written", ["route", "outcome"],
+    "by outcome: refused before starting (too much queued) or expired part-written",
+    ["route", "outcome"],
 )
 HOME_TRIMS = Counter("fanline_home_trims_total", "Home timelines trimmed to the stored cap, by outcome", ["outcome"])
 OUTBOX_PENDING = Gauge(
-    "fanline_outbox_pending_events", "Outbox events seen pending by the relay", ["source"],
+    "fanline_outbox_pending_events",
+    "Outbox events seen pending by the relay",
+    ["source"],
     multiprocess_mode="livemax",
 )
 OUTBOX_OLDEST_AGE = Gauge(
     "fanline_outbox_oldest_pending_seconds",
-    "Age of the oldest unpublished outbox event the relay found at its last sweep (0: none)", ["source"],
+    "Age of the oldest unpublished outbox event the relay found at its last sweep (0: none)",
+    ["source"],
     multiprocess_mode="livemax",
 )
 OUTBOX_RELAY_ACTIVE = Gauge(
     "fanline_outbox_relay_active",
-    "1 while this gateway's relay holds the source outbox's lease (the one replica that sweeps it)", ["source"],
+    "1 while this gateway's relay holds the source outbox's lease (the one replica that sweeps it)",
+    ["source"],
     multiprocess_mode="livesum",
 )
-OUTBOX_RELAYED = Counter(
-    "fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"]
-)
+OUTBOX_RELAYED = Counter("fanline_outbox_relayed_total", "Outbox events published by the relay (not the fast path)", ["source"])
 
 # --- live streams (gateway) -----------------------------------------------------
 STREAMS_OPEN = Gauge(
-    "fanline_streams_open", "Server-sent event streams open on this gateway, by kind (home, public)", ["kind"],
+    "fanline_streams_open",
+    "Server-sent event streams open on this gateway, by kind (home, public)",
+    ["kind"],
     multiprocess_mode="livesum",
 )
 STREAM_UPDATE_LATENCY = Histogram(
@@ -245,11 +278,10 @@ STREAM_UPDATE_LATENCY = Histogram(
 STREAM_EVENTS = Counter("fanline_stream_events_total", "Events sent on streams", ["kind", "event"])
 INTERNAL_AUTH_FAILURES = Counter(
     "fanline_internal_auth_failures_total",
-    "Requests to /internal refused for a missing or wrong service credential", ["service"],
+    "Requests to /internal refused for a missing or wrong service credential",
+    ["service"],
 )
-RATE_LIMITED = Counter(
-    "fanline_rate_limited_total", "Requests answered 429 by the gateway's abuse limits", ["limit"]
-)
+RATE_LIMITED = Counter("fanline_rate_limited_total", "Requests answered 429 by the gateway's abuse limits", ["limit"])
 ARGON2_REFUSED = Counter(
     "fanline_argon2_refused_total", "Password hashes refused (503) because the argon2 memory budget was in use"
 )
@@ -258,7 +290,8 @@ ARGON2_IN_USE = Gauge(
 )
 FORGED_EVENTS = Counter(
     "fanline_events_forged_total",
-    "Events dropped by the fan-out worker because they disagree with the stored state (e.g. author)", ["type"],
+    "Events dropped by the fan-out worker because they disagree with the stored state (e.g. author)",
+    ["type"],
 )
 
 

@@ -84,9 +84,10 @@ def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list
     def applied_mode(request: Request) -> AppliedAckOutbox:
         outbox = get_outbox(request)
         if not (hasattr(outbox, "mark_published") and hasattr(outbox, "replay")):
-            raise Conflict("this outbox deletes events once the broker has them; "
-                           "FANLINE_OUTBOX_ACK=applied needs the embedded backend",
-                           code="outbox_mode_unsupported")
+            raise Conflict(
+                "this outbox deletes events once the broker has them; FANLINE_OUTBOX_ACK=applied needs the embedded backend",
+                code="outbox_mode_unsupported",
+            )
         return outbox  # type: ignore[return-value]
 
     async def ack(request: Request) -> Response:
@@ -137,21 +138,24 @@ async def outbox_acquire_lease(client: PeerClient, holder: str, ttl_s: int) -> b
     predates leases (404 during a rolling upgrade) counts as held: every
     relay publishes then, as before."""
     try:
-        body = await client.call("POST", "/internal/outbox/lease", operation="outbox_lease",
-                                 json={"holder": holder, "ttl_s": ttl_s}, policy=None)
+        body = await client.call(
+            "POST", "/internal/outbox/lease", operation="outbox_lease", json={"holder": holder, "ttl_s": ttl_s}, policy=None
+        )
     except NotFound:
         return True
     return bool(body["held"])
 
 
 async def outbox_release_lease(client: PeerClient, holder: str) -> None:
-    await client.call("DELETE", "/internal/outbox/lease", operation="outbox_lease_release",
-                      params={"holder": holder}, policy=None)
+    await client.call(
+        "DELETE", "/internal/outbox/lease", operation="outbox_lease_release", params={"holder": holder}, policy=None
+    )
 
 
 async def outbox_mark_published(client: PeerClient, ids: list[uuid.UUID]) -> None:
-    await client.call("POST", "/internal/outbox/published", operation="outbox_mark_published",
-                      json={"ids": [str(i) for i in ids]})
+    await client.call(
+        "POST", "/internal/outbox/published", operation="outbox_mark_published", json={"ids": [str(i) for i in ids]}
+    )
 
 
 async def outbox_replay(client: PeerClient) -> int:
@@ -292,7 +296,8 @@ class OutboxRelay:
                 # The gauge drops when the lease ends unrenewed, even while this
                 # task is stuck in a slow publish (the loop still runs timers).
                 asyncio.get_running_loop().call_later(
-                    max(0.0, self._lease_until[name] - time.monotonic()) + 0.01, self._lease_ended, name)
+                    max(0.0, self._lease_until[name] - time.monotonic()) + 0.01, self._lease_ended, name
+                )
             if held != was:
                 log.info("outbox.relay_active" if held else "outbox.relay_standby", source=name, holder=self.holder)
             if not held:
@@ -370,9 +375,13 @@ class OutboxRelay:
                     await self._settle(client, [e.id for e in done])
                     metrics.OUTBOX_RELAYED.labels(name).inc(len(done))
                     # One line per batch; the request ids make each event's step findable.
-                    log.info("outbox.relayed", source=name, events=len(done),
-                             event_ids=[str(e.id) for e in done],
-                             request_ids=sorted({e.request_id for e in done if e.request_id}))
+                    log.info(
+                        "outbox.relayed",
+                        source=name,
+                        events=len(done),
+                        event_ids=[str(e.id) for e in done],
+                        request_ids=sorted({e.request_id for e in done if e.request_id}),
+                    )
                     total += len(done)
                 if len(done) < len(events) or len(events) < self._batch:
                     break

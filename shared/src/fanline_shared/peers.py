@@ -41,8 +41,12 @@ def event_to_json(event: OutboxEvent) -> dict[str, Any]:
 
 
 def event_from_json(data: dict[str, Any]) -> OutboxEvent:
-    return OutboxEvent(id=uuid.UUID(data["id"]), key=data["key"], payload=data["payload"].encode(),
-                       request_id=valid_request_id(data.get("request_id")))
+    return OutboxEvent(
+        id=uuid.UUID(data["id"]),
+        key=data["key"],
+        payload=data["payload"].encode(),
+        request_id=valid_request_id(data.get("request_id")),
+    )
 
 
 # Sent by background callers (the fan-out worker) on requests that a service
@@ -82,8 +86,9 @@ class PeerClient:
     marked with ``PRIORITY_HEADER`` so the peer neither counts it against its
     admission limit (``admission.py``) nor yields its own background work to it."""
 
-    def __init__(self, service: str, peer: str, base_url: str, timeout_s: float, *,
-                 token: str | None = None, background: bool = False) -> None:
+    def __init__(
+        self, service: str, peer: str, base_url: str, timeout_s: float, *, token: str | None = None, background: bool = False
+    ) -> None:
         self._service = service
         self._peer = peer
         self._auth = auth_headers(token)
@@ -139,8 +144,9 @@ class PeerClient:
             if headers:
                 req_headers.update(headers)
             try:
-                async with self._http().request(method, url, data=content, params=query, headers=req_headers,
-                                                allow_redirects=False) as response:
+                async with self._http().request(
+                    method, url, data=content, params=query, headers=req_headers, allow_redirects=False
+                ) as response:
                     status = response.status
                     raw = await response.read()
                     shed_by = response.headers.get(OVERLOADED_HEADER)
@@ -149,9 +155,7 @@ class PeerClient:
                 metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
                 raise Unavailable(f"{self._peer} unavailable ({type(exc).__name__})") from None
             finally:
-                metrics.PEER_LATENCY.labels(self._service, self._peer, operation).observe(
-                    time.perf_counter() - started
-                )
+                metrics.PEER_LATENCY.labels(self._service, self._peer, operation).observe(time.perf_counter() - started)
             if status == 204:
                 return None
             try:
@@ -161,8 +165,10 @@ class PeerClient:
             if status == 503 and shed_by is not None:
                 # The peer's admission control refused it before any work.
                 metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
-                raise Overloaded(f"{self._peer} is over its capacity; retry later",
-                                 retry_after=int(retry_after) if retry_after.isdigit() else 1)
+                raise Overloaded(
+                    f"{self._peer} is over its capacity; retry later",
+                    retry_after=int(retry_after) if retry_after.isdigit() else 1,
+                )
             if status >= 400:
                 if status >= 500:
                     metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
@@ -171,8 +177,11 @@ class PeerClient:
                     # Our credential, not the user's: a deployment error,
                     # shown as 503 (the worker waits), never as the user's 401.
                     metrics.PEER_ERRORS.labels(self._service, self._peer, operation).inc()
-                    log.error("%s refused %s's service credential: set the same FANLINE_INTERNAL_TOKEN "
-                              "on every service", self._peer, self._service)
+                    log.error(
+                        "%s refused %s's service credential: set the same FANLINE_INTERNAL_TOKEN on every service",
+                        self._peer,
+                        self._service,
+                    )
                     raise Unavailable(f"{self._peer} unavailable (service credential refused)")
                 raise from_status(
                     status,
@@ -189,30 +198,31 @@ class PeerClient:
 class SocialGraphClient(PeerClient):
     """The social-graph internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None,
-                 background: bool = False) -> None:
+    def __init__(
+        self, service: str, base_url: str, timeout_s: float, *, token: str | None = None, background: bool = False
+    ) -> None:
         super().__init__(service, "social-graph", base_url, timeout_s, token=token, background=background)
 
     async def create_user(self, username: str, password: str) -> dict[str, Any]:
-        return await self.call("POST", "/internal/users", operation="create_user",
-                               json={"username": username, "password": password}, policy=None)
+        return await self.call(
+            "POST", "/internal/users", operation="create_user", json={"username": username, "password": password}, policy=None
+        )
 
     async def get_user(self, username: str) -> dict[str, Any]:
         return await self.call("GET", f"/internal/users/{username}", operation="get_user")
 
     async def get_users(self, usernames: Sequence[str]) -> list[dict[str, Any]]:
-        body = await self.call("GET", "/internal/users", operation="get_users",
-                               params={"usernames": ",".join(usernames)})
+        body = await self.call("GET", "/internal/users", operation="get_users", params={"usernames": ",".join(usernames)})
         return list(body["items"])
 
     async def search_users(self, prefix: str, limit: int) -> list[dict[str, Any]]:
-        body = await self.call("GET", "/internal/users", operation="search_users",
-                               params={"prefix": prefix, "limit": limit})
+        body = await self.call("GET", "/internal/users", operation="search_users", params={"prefix": prefix, "limit": limit})
         return list(body["items"])
 
     async def login(self, username: str, password: str) -> dict[str, Any]:
-        return await self.call("POST", "/internal/sessions", operation="login",
-                               json={"username": username, "password": password}, policy=None)
+        return await self.call(
+            "POST", "/internal/sessions", operation="login", json={"username": username, "password": password}, policy=None
+        )
 
     async def authenticate(self, token: str) -> str:
         """The username a token belongs to, or ``Unauthorized``."""
@@ -221,31 +231,28 @@ class SocialGraphClient(PeerClient):
     async def session(self, token: str) -> tuple[str, str | None]:
         """The token's username and, if they came back from inactivity within
         the last day, when (RFC 3339), or ``Unauthorized``."""
-        body = await self.call("GET", "/internal/sessions/current", operation="authenticate",
-                               headers={"authorization": f"Bearer {token}"})
+        body = await self.call(
+            "GET", "/internal/sessions/current", operation="authenticate", headers={"authorization": f"Bearer {token}"}
+        )
         return str(body["username"]), body.get("returned_at")
 
     async def logout(self, token: str) -> None:
-        await self.call("DELETE", "/internal/sessions/current", operation="logout",
-                        headers={"authorization": f"Bearer {token}"})
+        await self.call("DELETE", "/internal/sessions/current", operation="logout", headers={"authorization": f"Bearer {token}"})
 
     async def follow(self, follower: str, followee: str) -> dict[str, Any]:
         return await self.call("PUT", f"/internal/users/{follower}/following/{followee}", operation="follow")
 
     async def unfollow(self, follower: str, followee: str) -> dict[str, Any]:
-        return await self.call("DELETE", f"/internal/users/{follower}/following/{followee}",
-                               operation="unfollow")
+        return await self.call("DELETE", f"/internal/users/{follower}/following/{followee}", operation="unfollow")
 
     async def is_following(self, follower: str, followee: str) -> bool:
-        body = await self.call("GET", f"/internal/users/{follower}/following/{followee}",
-                               operation="is_following")
+        body = await self.call("GET", f"/internal/users/{follower}/following/{followee}", operation="is_following")
         return bool(body["following"])
 
     async def reconcile_follow(self, follower: str, followee: str) -> bool:
         """Repair the pair's followers row from its edge (idempotent, so
         retried); True if ``follower`` follows ``followee``."""
-        body = await self.call("POST", f"/internal/users/{follower}/following/{followee}/reconcile",
-                               operation="reconcile_follow")
+        body = await self.call("POST", f"/internal/users/{follower}/following/{followee}/reconcile", operation="reconcile_follow")
         return bool(body["following"])
 
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
@@ -255,8 +262,7 @@ class SocialGraphClient(PeerClient):
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
-        return await self.call("GET", f"/internal/users/{username}/{direction}",
-                               operation=direction, params=params)
+        return await self.call("GET", f"/internal/users/{username}/{direction}", operation=direction, params=params)
 
     async def following_all(self, username: str, page_size: int = 1000) -> list[str]:
         """Every account ``username`` follows (all pages); [] for an unknown user."""
@@ -276,8 +282,9 @@ class SocialGraphClient(PeerClient):
 class TweetStoreClient(PeerClient):
     """The tweet-store internal API."""
 
-    def __init__(self, service: str, base_url: str, timeout_s: float, *, token: str | None = None,
-                 background: bool = False) -> None:
+    def __init__(
+        self, service: str, base_url: str, timeout_s: float, *, token: str | None = None, background: bool = False
+    ) -> None:
         super().__init__(service, "tweet-store", base_url, timeout_s, token=token, background=background)
 
     async def create_tweet(self, username: str, body: str, idempotency_key: str | None) -> dict[str, Any]:
@@ -297,15 +304,16 @@ class TweetStoreClient(PeerClient):
         request (the fan-out would yield to itself at every event, see
         tweet-store's priority.py). A tweet-store that predates the mark
         ignores it: a rolling upgrade only loses speed, never answers."""
-        return await self.call("GET", f"/internal/tweets/{tweet_id}", operation="check_tweet",
-                               headers={PRIORITY_HEADER: BACKGROUND})
+        return await self.call(
+            "GET", f"/internal/tweets/{tweet_id}", operation="check_tweet", headers={PRIORITY_HEADER: BACKGROUND}
+        )
 
     async def delete_tweet(self, tweet_id: str, actor: str) -> dict[str, Any]:
-        return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet",
-                               params={"actor": actor})
+        return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet", params={"actor": actor})
 
-    async def timeline(self, kind: str, owner: str | None, limit: int, before: str | None,
-                       since: str | None = None) -> dict[str, Any]:
+    async def timeline(
+        self, kind: str, owner: str | None, limit: int, before: str | None, since: str | None = None
+    ) -> dict[str, Any]:
         """``kind`` is "home", "user" or "public"; returns items (tweets) and
         next. ``since``: only tweets strictly newer than that id."""
         params: dict[str, Any] = {"limit": limit}
@@ -313,60 +321,67 @@ class TweetStoreClient(PeerClient):
             params["before"] = before
         if since:
             params["since"] = since
-        path = {"home": f"/internal/home/{owner}", "user": f"/internal/userline/{owner}",
-                "public": "/internal/public"}[kind]
+        path = {"home": f"/internal/home/{owner}", "user": f"/internal/userline/{owner}", "public": "/internal/public"}[kind]
         return await self.call("GET", path, operation=f"timeline_{kind}", params=params)
 
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
-        body = await self.call("GET", "/internal/counts", operation="counts",
-                               params={"usernames": ",".join(usernames)})
+        body = await self.call("GET", "/internal/counts", operation="counts", params={"usernames": ",".join(usernames)})
         return {k: int(v) for k, v in body["counts"].items()}
 
     async def home_add(self, tweet_id: str, author: str, owners: Sequence[str], *, bulk: bool = False) -> None:
         """``bulk``: a slice of a large fan-out, written at the lowest priority."""
-        await self.call("POST", "/internal/home/add", operation="home_add",
-                        json={"tweet_id": tweet_id, "author": author, "owners": list(owners)},
-                        headers={PRIORITY_HEADER: BULK} if bulk else None)
+        await self.call(
+            "POST",
+            "/internal/home/add",
+            operation="home_add",
+            json={"tweet_id": tweet_id, "author": author, "owners": list(owners)},
+            headers={PRIORITY_HEADER: BULK} if bulk else None,
+        )
 
     async def home_remove(self, tweet_id: str, owners: Sequence[str]) -> None:
-        await self.call("POST", "/internal/home/remove", operation="home_remove",
-                        json={"tweet_id": tweet_id, "owners": list(owners)})
+        await self.call(
+            "POST", "/internal/home/remove", operation="home_remove", json={"tweet_id": tweet_id, "owners": list(owners)}
+        )
 
     async def home_merge(self, owner: str, author: str) -> int:
-        body = await self.call("POST", f"/internal/home/{owner}/merge", operation="home_merge",
-                               json={"author": author})
+        body = await self.call("POST", f"/internal/home/{owner}/merge", operation="home_merge", json={"author": author})
         return int(body["merged"])
 
     async def home_regeneration_done(self, owner: str, returned_at: str) -> bool:
         """Whether ``owner``'s home timeline was regenerated since they came
         back at ``returned_at`` (RFC 3339); tweet-store starts it if needed."""
-        body = await self.call("POST", f"/internal/home/{owner}/regeneration", operation="home_regeneration",
-                               json={"returned_at": returned_at})
+        body = await self.call(
+            "POST", f"/internal/home/{owner}/regeneration", operation="home_regeneration", json={"returned_at": returned_at}
+        )
         return bool(body["done"])
 
     async def register_large_account(self, author: str) -> None:
         """Record ``author`` as large before one of their tweets skips the fan-out."""
-        await self.call("POST", "/internal/large-accounts", operation="register_large_account",
-                        json={"author": author})
+        await self.call("POST", "/internal/large-accounts", operation="register_large_account", json={"author": author})
 
     async def home_purge(self, owner: str, author: str) -> int:
-        body = await self.call("POST", f"/internal/home/{owner}/purge", operation="home_purge",
-                               json={"author": author})
+        body = await self.call("POST", f"/internal/home/{owner}/purge", operation="home_purge", json={"author": author})
         return int(body["removed"])
 
 
 async def outbox_pending(client: PeerClient, older_than_ms: int, limit: int) -> list[OutboxEvent]:
-    body = await client.call("GET", "/internal/outbox", operation="outbox_pending",
-                             params={"older_than_ms": older_than_ms, "limit": limit})
+    body = await client.call(
+        "GET", "/internal/outbox", operation="outbox_pending", params={"older_than_ms": older_than_ms, "limit": limit}
+    )
     return [event_from_json(item) for item in body["items"]]
 
 
 async def outbox_ack(client: PeerClient, ids: Sequence[uuid.UUID]) -> None:
-    await client.call("POST", "/internal/outbox/ack", operation="outbox_ack",
-                      json={"ids": [str(i) for i in ids]})
+    await client.call("POST", "/internal/outbox/ack", operation="outbox_ack", json={"ids": [str(i) for i in ids]})
 
 
 __all__ = [
-    "DomainError", "PeerClient", "SocialGraphClient", "TweetStoreClient",
-    "event_from_json", "event_to_json", "outbox_ack", "outbox_pending",
+    "DomainError",
+    "PeerClient",
+    "SocialGraphClient",
+    "TweetStoreClient",
+    "event_from_json",
+    "event_to_json",
+    "outbox_ack",
+    "outbox_pending",
 ]

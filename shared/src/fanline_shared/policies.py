@@ -44,8 +44,7 @@ class RetryPolicy:
 
 
 # A peer call inside a request: a couple of quick tries, then 503.
-PEER_REQUEST = RetryPolicy("peer_request", attempts=3, base_delay_s=0.05, max_delay_s=0.3,
-                           retry_overloaded=False)
+PEER_REQUEST = RetryPolicy("peer_request", attempts=3, base_delay_s=0.05, max_delay_s=0.3, retry_overloaded=False)
 # The fan-out worker on a transient error: keep trying (the partition waits,
 # which is right: the next event of this author must not overtake this one).
 FANOUT_TRANSIENT = RetryPolicy("fanout_transient", attempts=None, base_delay_s=0.1, max_delay_s=10.0)
@@ -168,21 +167,28 @@ class AdmissionPolicy:
 # refused request waits at most 20 ms: every refusal within 100 ms even with
 # the event loop behind (with 50 ms, the slowest of 9,501 refusals at twice
 # the capacity took 113 ms). Streams are exempt (policy docstring).
-GATEWAY_ADMISSION = AdmissionPolicy("gateway_admission", max_in_flight=48, queue_deadline_s=0.02, max_queue=96,
-                                    exempt_prefixes=("/v1/streaming/", "/static/", "/openapi.json"),
-                                    # The edge adapts: its requests' time is every
-                                    # service's time, so it sheds for all of them.
-                                    latency_tolerance=2.0,
-                                    unsampled=(("POST", "/v1/sessions"), ("POST", "/v1/users")))
+GATEWAY_ADMISSION = AdmissionPolicy(
+    "gateway_admission",
+    max_in_flight=48,
+    queue_deadline_s=0.02,
+    max_queue=96,
+    exempt_prefixes=("/v1/streaming/", "/static/", "/openapi.json"),
+    # The edge adapts: its requests' time is every
+    # service's time, so it sheds for all of them.
+    latency_tolerance=2.0,
+    unsampled=(("POST", "/v1/sessions"), ("POST", "/v1/users")),
+)
 # tweet-store's user-facing routes (the worker's background writes have their
 # own adaptive limit, limiter.py, and are not counted here; nor is the outbox
 # bookkeeping of the gateway's relay).
-TWEET_STORE_ADMISSION = AdmissionPolicy("tweet_store_admission", max_in_flight=48, queue_deadline_s=0.05,
-                                        max_queue=96, exempt_prefixes=("/internal/outbox",))
+TWEET_STORE_ADMISSION = AdmissionPolicy(
+    "tweet_store_admission", max_in_flight=48, queue_deadline_s=0.05, max_queue=96, exempt_prefixes=("/internal/outbox",)
+)
 # social-graph: sessions, follows, profiles (the worker pages followers in
 # the background: not counted). Log-ins also have the argon2 budget.
-SOCIAL_GRAPH_ADMISSION = AdmissionPolicy("social_graph_admission", max_in_flight=64, queue_deadline_s=0.05,
-                                         max_queue=128, exempt_prefixes=("/internal/outbox",))
+SOCIAL_GRAPH_ADMISSION = AdmissionPolicy(
+    "social_graph_admission", max_in_flight=64, queue_deadline_s=0.05, max_queue=128, exempt_prefixes=("/internal/outbox",)
+)
 
 
 async def retry(

@@ -94,8 +94,14 @@ async def migrate_storage(storage: Storage) -> None:
     await storage.close()
 
 
-def storage_service_main(service: str, http: HttpSettings, backend: str, build_storage: Callable[[], Storage],
-                         create_app: Callable[[], Any], argv: list[str]) -> None:
+def storage_service_main(
+    service: str,
+    http: HttpSettings,
+    backend: str,
+    build_storage: Callable[[], Storage],
+    create_app: Callable[[], Any],
+    argv: list[str],
+) -> None:
     """Entry point of a storage-owning service: ``fanline-<service>`` serves its
     internal API; ``fanline-<service> migrate`` applies its schema and exits."""
     if argv == ["migrate"]:

@@ -247,8 +247,7 @@ RELAY_LEASE = "relay"
 def append_event(conn: sqlite3.Connection, event: OutboxEvent) -> None:
     """Store ``event`` inside the caller's transaction (same id twice: once)."""
     conn.execute(
-        "INSERT INTO outbox (event_id, sort_key, key, payload, request_id) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT DO NOTHING",
+        "INSERT INTO outbox (event_id, sort_key, key, payload, request_id) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (str(event.id), timeuuid_sort_key(event.id), event.key, event.payload, event.request_id),
     )
 
@@ -278,8 +277,7 @@ class SqliteOutbox:
         if not event_ids:
             return
         ids = [(str(i),) for i in dict.fromkeys(event_ids)]
-        await self.db.run(lambda conn: conn.executemany("DELETE FROM outbox WHERE event_id = ?", ids),
-                          name="outbox_ack")
+        await self.db.run(lambda conn: conn.executemany("DELETE FROM outbox WHERE event_id = ?", ids), name="outbox_ack")
 
     async def mark_published(self, event_ids: Sequence[uuid.UUID]) -> None:
         if not event_ids:
@@ -314,4 +312,5 @@ class SqliteOutbox:
     async def release_lease(self, holder: str) -> None:
         await self.db.run(
             lambda conn: conn.execute("DELETE FROM outbox_lease WHERE name = ? AND holder = ?", (RELAY_LEASE, holder)),
-            name="outbox_lease")
+            name="outbox_lease",
+        )

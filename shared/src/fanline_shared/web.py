@@ -154,8 +154,7 @@ async def http_exception_handler(request: Request, exc: Exception) -> Response:
         return json_response(error_body("not_found", f"no route {request.url.path}"), 404)
     if exc.status_code == 405:
         allow = ", ".join(allowed_methods(request))
-        return json_response(error_body("method_not_allowed", f"{request.method} not allowed here"), 405,
-                             {"Allow": allow})
+        return json_response(error_body("method_not_allowed", f"{request.method} not allowed here"), 405, {"Allow": allow})
     return json_response(error_body("error", str(exc.detail)), exc.status_code, exc.headers)
 
 

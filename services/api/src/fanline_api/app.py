@@ -154,8 +154,7 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
         cursor = query(request, "cursor")
         since_id = query(request, "since_id")
         if kind == "home":
-            page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor,
-                                                       since_id)
+            page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor, since_id)
             if regenerating:
                 # api.md: 206 with the body shape of 200 while it runs.
                 return json_response(page, 206, {"Retry-After": str(REGENERATION_RETRY_AFTER_S)})
@@ -249,8 +248,7 @@ def create_app(settings: Settings) -> Starlette:
         route(S, "/v1/public", bounded(timeline("public"), R), ["GET"]),
         *streaming.routes(S),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka},
-                    public=True),
+        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}, public=True),
     ]
     # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
     routes += webui.routes(settings)

@@ -39,8 +39,10 @@ def cursor_secret(env: Env) -> bytes:
     value = env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET)
     if is_production(env):
         if value == DEV_CURSOR_SECRET or looks_like_placeholder(value):
-            raise ConfigError("FANLINE_CURSOR_SECRET is the development value or a placeholder; production "
-                              "(FANLINE_ENV=production) needs a random one, e.g. openssl rand -hex 32")
+            raise ConfigError(
+                "FANLINE_CURSOR_SECRET is the development value or a placeholder; production "
+                "(FANLINE_ENV=production) needs a random one, e.g. openssl rand -hex 32"
+            )
         if len(value) < CURSOR_SECRET_MIN:
             raise ConfigError(f"FANLINE_CURSOR_SECRET must be at least {CURSOR_SECRET_MIN} characters in production")
     return value.encode()
@@ -95,11 +97,12 @@ class Settings:
             rate_limits=RateLimitSettings.from_env(env),
             ensure_topics=env.boolean("FANLINE_ENSURE_TOPICS", True),
             request_deadline=RequestDeadline(
-                GATEWAY_REQUEST.name,
-                env.number("FANLINE_REQUEST_TIMEOUT_S", GATEWAY_REQUEST.seconds, positive=True)),
+                GATEWAY_REQUEST.name, env.number("FANLINE_REQUEST_TIMEOUT_S", GATEWAY_REQUEST.seconds, positive=True)
+            ),
             password_deadline=RequestDeadline(
                 GATEWAY_PASSWORD_REQUEST.name,
-                env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True)),
+                env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True),
+            ),
             live=LiveSettings.from_env(env),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )

@@ -36,8 +36,13 @@ def bounded(handler: Handler, deadline: RequestDeadline) -> Handler:
         except TimeoutError:
             if not timer.expired():
                 raise  # someone else's timeout, not our deadline
-            log.warning("%s %s: no answer within %.3g s (%s), answering 503",
-                        request.method, request.url.path, deadline.seconds, deadline.name)
+            log.warning(
+                "%s %s: no answer within %.3g s (%s), answering 503",
+                request.method,
+                request.url.path,
+                deadline.seconds,
+                deadline.name,
+            )
             raise Unavailable(
                 f"no answer within {deadline.seconds:g} s: a dependency is slow or unavailable; retry later",
                 retry_after=deadline.retry_after_s,

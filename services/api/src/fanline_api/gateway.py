@@ -45,14 +45,20 @@ def validate_idempotency_key(value: str | None) -> str | None:
     # Edge spaces are refused too: HTTP may strip them on the way, so such a
     # key would not mean the same to every hop (OpenAPI states the pattern).
     if not 1 <= len(value) <= 64 or not all(0x20 <= ord(c) <= 0x7E for c in value) or value != value.strip(" "):
-        raise InvalidInput("Idempotency-Key must be 1-64 printable ASCII characters",
-                           code="invalid_idempotency_key")
+        raise InvalidInput("Idempotency-Key must be 1-64 printable ASCII characters", code="invalid_idempotency_key")
     return value
 
 
 class Gateway:
-    def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, publisher: EventPublisher,
-                 relay: OutboxRelay, cursors: CursorCodec, logins: LoginGuard | None = None) -> None:
+    def __init__(
+        self,
+        social: SocialGraphClient,
+        tweets: TweetStoreClient,
+        publisher: EventPublisher,
+        relay: OutboxRelay,
+        cursors: CursorCodec,
+        logins: LoginGuard | None = None,
+    ) -> None:
         self.logins = logins
         self.social = social
         self.tweets = tweets
@@ -83,8 +89,12 @@ class Gateway:
             self.relay.published(source, event.id)
             log.info("event.published", event_id=str(event.id), source=source, path="fast")
         else:
-            log.info("event.publish_deferred", event_id=str(event.id), source=source,
-                     reason="broker unavailable: the outbox relay publishes it")
+            log.info(
+                "event.publish_deferred",
+                event_id=str(event.id),
+                source=source,
+                reason="broker unavailable: the outbox relay publishes it",
+            )
 
     async def drain(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the fast-path sends still in flight."""
@@ -108,8 +118,7 @@ class Gateway:
     async def users(self, raw: str | None) -> list[dict[str, Any]]:
         names = [n.strip() for n in (raw or "").split(",") if n.strip()]
         if len(names) > MAX_USERNAMES_PER_LOOKUP:
-            raise InvalidInput(f"at most {MAX_USERNAMES_PER_LOOKUP} usernames per request",
-                               code="invalid_usernames")
+            raise InvalidInput(f"at most {MAX_USERNAMES_PER_LOOKUP} usernames per request", code="invalid_usernames")
         names = [n for n in names if is_valid_username(n)]
         if not names:
             return []
@@ -209,8 +218,9 @@ class Gateway:
 
     # --- timelines ---------------------------------------------------------------------
 
-    async def timeline(self, kind: str, owner: str | None, limit: int, cursor: str | None,
-                       since_id: str | None = None) -> dict[str, Any]:
+    async def timeline(
+        self, kind: str, owner: str | None, limit: int, cursor: str | None, since_id: str | None = None
+    ) -> dict[str, Any]:
         """One page, newest first; ``since_id`` (validated, or carried by the
         cursor) keeps only ids strictly newer, on this page and the next ones."""
         cursor_kind = f"tl:{kind}"
@@ -229,11 +239,11 @@ class Gateway:
 
     def _page(self, cursor_kind: str, page: dict[str, Any], since: str | None) -> dict[str, Any]:
         nxt = page.get("next")
-        return {"items": page["items"],
-                "next_cursor": encode_timeline(self.cursors, cursor_kind, nxt, since) if nxt else None}
+        return {"items": page["items"], "next_cursor": encode_timeline(self.cursors, cursor_kind, nxt, since) if nxt else None}
 
-    async def home_timeline(self, authorization: str | None, limit: int, cursor: str | None,
-                            since_id: str | None = None) -> tuple[dict[str, Any], bool]:
+    async def home_timeline(
+        self, authorization: str | None, limit: int, cursor: str | None, since_id: str | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """The token's user's home timeline, and whether it is being
         regenerated (the user came back after being inactive: ``206``).
 
@@ -288,4 +298,3 @@ class Gateway:
 
 def _visible_ascii(value: str) -> bool:
     return all(0x21 <= ord(c) <= 0x7E for c in value)
-

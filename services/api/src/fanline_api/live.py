@@ -157,8 +157,9 @@ class Hub:
         owner = canonical(owner)
         mine = self._by_owner.setdefault(owner, set())
         if len(mine) >= self.settings.max_streams_per_user:
-            raise RateLimited(f"at most {self.settings.max_streams_per_user} streams per user",
-                              code="too_many_streams", retry_after=5)
+            raise RateLimited(
+                f"at most {self.settings.max_streams_per_user} streams per user", code="too_many_streams", retry_after=5
+            )
         stream = Stream("home", owner, self._next_slot())
         mine.add(stream)
         metrics.STREAMS_OPEN.labels("home").inc()
@@ -225,8 +226,11 @@ class Hub:
     async def dispatch(self, events: list[Event]) -> None:
         """Route a batch of events, in order, to the streams that listen.
         Tweets are read from tweet-store concurrently, once per event."""
-        wanted = [e.data.tweet_id for e in events
-                  if isinstance(e, TweetCreated) and (self._public or canonical(e.data.author) in self._audience)]
+        wanted = [
+            e.data.tweet_id
+            for e in events
+            if isinstance(e, TweetCreated) and (self._public or canonical(e.data.author) in self._audience)
+        ]
         tweets = dict(zip(wanted, await asyncio.gather(*(self._tweet(str(t)) for t in wanted)), strict=True))
         for event in events:
             if isinstance(event, TweetCreated):

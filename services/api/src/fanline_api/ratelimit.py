@@ -101,10 +101,12 @@ class RateLimitSettings:
             enabled=env.boolean("FANLINE_RATE_LIMITS", True),
             per_user=_item(env, "FANLINE_RATE_LIMIT_PER_USER", DEFAULT_PER_USER),
             per_address=_item(env, "FANLINE_RATE_LIMIT_PER_ADDRESS", DEFAULT_PER_ADDRESS),
-            failed_logins_per_address=_item(env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS",
-                                            DEFAULT_FAILED_LOGINS_PER_ADDRESS),
-            failed_logins_per_username=_item(env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME",
-                                             DEFAULT_FAILED_LOGINS_PER_USERNAME),
+            failed_logins_per_address=_item(
+                env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_ADDRESS", DEFAULT_FAILED_LOGINS_PER_ADDRESS
+            ),
+            failed_logins_per_username=_item(
+                env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME", DEFAULT_FAILED_LOGINS_PER_USERNAME
+            ),
             storage_uri=env.string("FANLINE_RATE_LIMIT_STORAGE", "memory://"),
             trusted_proxies=_networks(env.string("FANLINE_TRUSTED_PROXIES", "")),
         )
@@ -116,7 +118,7 @@ class RateLimitSettings:
 def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     raw = raw.strip()
     if raw.startswith("[") and "]" in raw:  # [v6]:port
-        raw = raw[1:raw.index("]")]
+        raw = raw[1 : raw.index("]")]
     elif raw.count(":") == 1:  # v4:port
         raw = raw.split(":", 1)[0]
     try:
@@ -158,8 +160,11 @@ class Decision:
     reset_s: int
 
     def headers(self) -> dict[str, str]:
-        out = {"RateLimit-Limit": str(self.limit), "RateLimit-Remaining": str(self.remaining),
-               "RateLimit-Reset": str(self.reset_s)}
+        out = {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(self.remaining),
+            "RateLimit-Reset": str(self.reset_s),
+        }
         if not self.allowed:
             out["Retry-After"] = str(max(1, self.reset_s))
         return out
@@ -212,8 +217,9 @@ class LoginGuard:
             decision = await self._limiter.test(item, kind, key)
             if not decision.allowed:
                 metrics.RATE_LIMITED.labels(kind).inc()
-                error = RateLimited("too many failed log-ins; try again later", retry_after=max(1, decision.reset_s),
-                                    code="rate_limited")
+                error = RateLimited(
+                    "too many failed log-ins; try again later", retry_after=max(1, decision.reset_s), code="rate_limited"
+                )
                 error.headers = decision.headers()
                 raise error
 

@@ -91,8 +91,9 @@ async def open_stream(request: Request, live: Hub, stream: Stream) -> Response:
     )
 
 
-async def relay(live: Hub, stream: Stream, backlog: list[dict[str, Any]],
-                resumed_from: str | None = None) -> AsyncIterator[ServerSentEvent | bytes]:
+async def relay(
+    live: Hub, stream: Stream, backlog: list[dict[str, Any]], resumed_from: str | None = None
+) -> AsyncIterator[ServerSentEvent | bytes]:
     kind = stream.kind
     replayed: set[str] | None = set() if backlog else None  # an idle stream carries no empty set
     if resumed_from is not None:

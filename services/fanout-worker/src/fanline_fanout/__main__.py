@@ -37,8 +37,11 @@ def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     # faust (mode) sets logging up again when the worker starts: give it the
     # same structured configuration (a fresh dict: dictConfig consumes it).
-    worker = faust.Worker(app, loglevel=log_settings.level.lower(),
-                          logging_config=logs.logging_config(SERVICE, log_settings.format, log_settings.level))
+    worker = faust.Worker(
+        app,
+        loglevel=log_settings.level.lower(),
+        logging_config=logs.logging_config(SERVICE, log_settings.format, log_settings.level),
+    )
     worker.execute_from_commandline()
 
 

@@ -73,8 +73,7 @@ class Processor:
     def __init__(self, handlers: FanoutHandlers, dead_letter: Any, max_attempts: int) -> None:
         self._handlers = handlers
         self._dead_letter = dead_letter
-        self._unexpected = RetryPolicy("fanout_unexpected", attempts=max_attempts,
-                                       base_delay_s=0.2, max_delay_s=2.0)
+        self._unexpected = RetryPolicy("fanout_unexpected", attempts=max_attempts, base_delay_s=0.2, max_delay_s=2.0)
 
     async def process(self, key: bytes | None, value: bytes, origin: dict[str, str]) -> events.Event | None:
         """Apply the event or dead-letter it; return it once it is settled
@@ -89,8 +88,7 @@ class Processor:
         with bound_contextvars(event_type=kind, event_id=str(event.event_id)):
             return await self._process(event, key, value, origin)
 
-    async def _process(self, event: events.Event, key: bytes | None, value: bytes,
-                       origin: dict[str, str]) -> events.Event | None:
+    async def _process(self, event: events.Event, key: bytes | None, value: bytes, origin: dict[str, str]) -> events.Event | None:
         kind = event.type
         started = time.perf_counter()
 
@@ -131,8 +129,7 @@ class Processor:
         metrics.EVENTS_CONSUMED.labels(kind, "ok").inc()
         return event
 
-    async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str,
-                              origin: dict[str, str]) -> None:
+    async def _to_dead_letter(self, key: bytes | None, value: bytes, reason: str, detail: str, origin: dict[str, str]) -> None:
         log.error("event.dead_lettered", reason=reason, detail=detail[:500], **origin)
         metrics.DEAD_LETTERED.labels(reason).inc()
         headers = {"error.reason": reason.encode(), "error.detail": detail[:2000].encode()}
@@ -190,19 +187,21 @@ def create_app(settings: Settings) -> faust.App:
         web_host=settings.http.host,
         version=1,
     )
-    events_topic = app.topic(settings.kafka.events_topic, partitions=settings.kafka.partitions,
-                             key_serializer="raw", value_serializer="raw")
-    dead_letter = app.topic(settings.kafka.dlq_topic, partitions=settings.kafka.partitions,
-                            key_serializer="raw", value_serializer="raw")
-    chunks_topic = app.topic(settings.kafka.chunks_topic, partitions=settings.kafka.partitions,
-                             key_serializer="raw", value_serializer="raw")
+    events_topic = app.topic(
+        settings.kafka.events_topic, partitions=settings.kafka.partitions, key_serializer="raw", value_serializer="raw"
+    )
+    dead_letter = app.topic(
+        settings.kafka.dlq_topic, partitions=settings.kafka.partitions, key_serializer="raw", value_serializer="raw"
+    )
+    chunks_topic = app.topic(
+        settings.kafka.chunks_topic, partitions=settings.kafka.partitions, key_serializer="raw", value_serializer="raw"
+    )
 
     async def publish_chunk(event: OutboxEvent) -> None:
         """Durable before the event that handed it on is acknowledged."""
         started = time.perf_counter()
         try:
-            fut = await chunks_topic.send(key=event.key.encode(), value=event.payload,
-                                          headers=kafka_headers(event.request_id))
+            fut = await chunks_topic.send(key=event.key.encode(), value=event.payload, headers=kafka_headers(event.request_id))
             await fut
         except Exception as exc:
             metrics.KAFKA_PRODUCE_ERRORS.labels(type(exc).__name__).inc()
@@ -211,18 +210,20 @@ def create_app(settings: Settings) -> faust.App:
 
     peers = settings.peers
     # Background work: never counted against the peers' admission limits.
-    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token,
-                               background=True)
-    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token,
-                              background=True)
-    handlers = FanoutHandlers(social, tweets, page_size=settings.follower_page_size,
-                              pages_in_flight=settings.pages_in_flight,
-                              large_account_followers=settings.large_account_followers,
-                              # With the in-memory embedded broker an event is acknowledged
-                              # to its outbox once applied, so a fan-out must finish inline:
-                              # a slice handed on to tansu would not outlive it.
-                              chunk_size=None if settings.kafka.ack_when_applied else settings.chunk_size,
-                              publish_chunk=publish_chunk)
+    social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token, background=True)
+    tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token, background=True)
+    handlers = FanoutHandlers(
+        social,
+        tweets,
+        page_size=settings.follower_page_size,
+        pages_in_flight=settings.pages_in_flight,
+        large_account_followers=settings.large_account_followers,
+        # With the in-memory embedded broker an event is acknowledged
+        # to its outbox once applied, so a fan-out must finish inline:
+        # a slice handed on to tansu would not outlive it.
+        chunk_size=None if settings.kafka.ack_when_applied else settings.chunk_size,
+        publish_chunk=publish_chunk,
+    )
     processor = Processor(handlers, dead_letter, settings.max_unexpected_attempts)
     # FANLINE_OUTBOX_ACK=applied (the embedded default): tell each event's
     # owner once it is applied, so its outbox row outlives the in-memory broker.
@@ -258,8 +259,8 @@ def create_app(settings: Settings) -> faust.App:
         """Feed the stream through an ``OrderedPipeline`` with manual acks."""
         stream.enable_acks = False  # acked by the pipeline, in offset order (as take_events does)
         pipeline: OrderedPipeline[Any] = OrderedPipeline(
-            handle, stream.ack, key=lambda event: event.key, partition=lambda event: event.message.tp,
-            window=window)
+            handle, stream.ack, key=lambda event: event.key, partition=lambda event: event.message.tp, window=window
+        )
         try:
             async for event in stream.events():
                 await pipeline.submit(event)
@@ -277,6 +278,7 @@ def create_app(settings: Settings) -> faust.App:
         await consume(stream, settings.slices_in_flight)
 
     if acks is not None:
+
         @app.timer(interval=APPLIED_ACKS_INTERVAL_S)
         async def flush_applied_acks() -> None:
             await acks.flush()
@@ -334,12 +336,10 @@ def create_app(settings: Settings) -> faust.App:
         if failing:
             names = ", ".join(sorted(failing))
             return web.json(
-                {"error": {"code": "unavailable", "message": f"not ready: {names} unavailable"},
-                 "dependencies": failing},
+                {"error": {"code": "unavailable", "message": f"not ready: {names} unavailable"}, "dependencies": failing},
                 status=503,
             )
-        return web.json({"status": "ready", "service": SERVICE,
-                         "assigned_partitions": len(app.consumer.assignment())})
+        return web.json({"status": "ready", "service": SERVICE, "assigned_partitions": len(app.consumer.assignment())})
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -65,7 +65,8 @@ class Settings:
             # FANLINE_HYBRID_FANOUT=false fans every author out on write.
             large_account_followers=(
                 env.integer("FANLINE_LARGE_ACCOUNT_FOLLOWERS", DEFAULT_LARGE_ACCOUNT_FOLLOWERS, minimum=1)
-                if env.boolean("FANLINE_HYBRID_FANOUT", True) else None
+                if env.boolean("FANLINE_HYBRID_FANOUT", True)
+                else None
             ),
             # Followers written per slice of a fan-out: past the first slice,
             # the rest go to the chunks topic as independently scheduled

@@ -46,10 +46,17 @@ REGISTRATION_REFRESH_S = 3600.0
 
 
 class FanoutHandlers:
-    def __init__(self, social: SocialGraphClient, tweets: TweetStoreClient, *, page_size: int,
-                 pages_in_flight: int, large_account_followers: int | None = None,
-                 chunk_size: int | None = None,
-                 publish_chunk: Callable[[OutboxEvent], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        social: SocialGraphClient,
+        tweets: TweetStoreClient,
+        *,
+        page_size: int,
+        pages_in_flight: int,
+        large_account_followers: int | None = None,
+        chunk_size: int | None = None,
+        publish_chunk: Callable[[OutboxEvent], Awaitable[None]] | None = None,
+    ) -> None:
         """``large_account_followers``: authors with at least this many
         followers are merged at read time instead of fanned out (None: every
         author is fanned out on write). ``chunk_size``: followers written per
@@ -114,14 +121,18 @@ class FanoutHandlers:
         # and get their timeline regenerated when they come back.
         first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
         try:
-            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id),
-                                                     self._follower_count(data.author))
+            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._follower_count(data.author))
             # The stored tweet is the truth: an event naming another author
             # (forged, or corrupted) would put the tweet in the wrong
             # followers' timelines. Dropped, logged and counted.
             if canonical(str(stored.get("username", ""))) != canonical(data.author):
-                log.warning("dropping %s %s: event author %r, stored author %r", event.type, event.event_id,
-                            data.author, stored.get("username"))
+                log.warning(
+                    "dropping %s %s: event author %r, stored author %r",
+                    event.type,
+                    event.event_id,
+                    data.author,
+                    stored.get("username"),
+                )
                 metrics.FORGED_EVENTS.labels(event.type).inc()
                 raise NotFound("event author differs from the stored tweet's")
         except BaseException as exc:
@@ -133,8 +144,7 @@ class FanoutHandlers:
                 return
             raise
         large = self._large(followers)
-        sliced = (self._chunk is not None and self._publish_chunk is not None and followers is not None
-                  and followers > self._chunk)
+        sliced = self._chunk is not None and self._publish_chunk is not None and followers is not None and followers > self._chunk
         if large or sliced:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
@@ -146,8 +156,14 @@ class FanoutHandlers:
             metrics.TIMELINE_ROWS_WRITTEN.inc()
             metrics.FANOUT_SKIPPED_LARGE.inc()
             _observe_delivery(data.created_at)
-            log.info("fanout.skipped", tweet_id=tweet_id, author=data.author, reason="large_account",
-                     followers=followers, threshold=self._large_threshold)
+            log.info(
+                "fanout.skipped",
+                tweet_id=tweet_id,
+                author=data.author,
+                reason="large_account",
+                followers=followers,
+                threshold=self._large_threshold,
+            )
             return
         if sliced:
             # More followers than one slice: the author's row here, every
@@ -163,14 +179,26 @@ class FanoutHandlers:
         # Within one slice (as far as the count said): written here; should
         # the followers have grown past it meanwhile, the rest is sliced.
         rows = [0]
-        rest = await self._for_each_follower_page(data.author, self._writer(tweet_id, data.author, rows),
-                                                  first_page=first, with_author=True,
-                                                  direction="followers-active", max_followers=self._chunk)
+        rest = await self._for_each_follower_page(
+            data.author,
+            self._writer(tweet_id, data.author, rows),
+            first_page=first,
+            with_author=True,
+            direction="followers-active",
+            max_followers=self._chunk,
+        )
         # Inactive followers are not in the active index: followers minus
         # rows written (the author's own row aside) were skipped for that.
         inactive = max(0, followers - (rows[0] - 1)) if followers is not None and rest is None else None
-        log.info("fanout.written", tweet_id=tweet_id, author=data.author, rows=rows[0], followers=followers,
-                 inactive_skipped=inactive, continues_after=rest)
+        log.info(
+            "fanout.written",
+            tweet_id=tweet_id,
+            author=data.author,
+            rows=rows[0],
+            followers=followers,
+            inactive_skipped=inactive,
+            continues_after=rest,
+        )
         if rest is not None:
             await self._hand_on(data.tweet_id, data.author, data.created_at, rest)
             return
@@ -196,31 +224,40 @@ class FanoutHandlers:
             log.info("fanout.skipped", tweet_id=tweet_id, author=d.author, reason="tweet_gone", after=d.after)
             return  # deleted meanwhile: nothing more to deliver
         if canonical(str(stored.get("username", ""))) != canonical(d.author):
-            log.warning("dropping %s %s: author %r, stored author %r", event.type, event.event_id, d.author,
-                        stored.get("username"))
+            log.warning(
+                "dropping %s %s: author %r, stored author %r", event.type, event.event_id, d.author, stored.get("username")
+            )
             metrics.FORGED_EVENTS.labels(event.type).inc()
             return
         names, rest = await self._names(d.author, d.after, self._chunk or self._page_size)
         if rest is not None:
             await self._hand_on(d.tweet_id, d.author, d.created_at, rest)
         write = self._writer(tweet_id, d.author, bulk=True)
-        await self._in_flight_pages([names[i:i + self._page_size] for i in range(0, len(names), self._page_size)],
-                                    write)
+        await self._in_flight_pages([names[i : i + self._page_size] for i in range(0, len(names), self._page_size)], write)
         if names:
             still, _ = await self._names(d.author, d.after, len(names), until=names[-1])
             gone = sorted(set(names) - set(still))
             if gone:
                 await self._tweets.home_remove(tweet_id, gone)
                 metrics.TIMELINE_ROWS_REMOVED.inc(len(gone))
-        log.info("fanout.slice_written", tweet_id=tweet_id, author=d.author, after=d.after, rows=len(names),
-                 unfollowed_meanwhile=len(gone) if names else 0, continues_after=rest)
+        log.info(
+            "fanout.slice_written",
+            tweet_id=tweet_id,
+            author=d.author,
+            after=d.after,
+            rows=len(names),
+            unfollowed_meanwhile=len(gone) if names else 0,
+            continues_after=rest,
+        )
         if rest is None:
             _observe_delivery(d.created_at)
 
-    def _writer(self, tweet_id: str, author: str, rows: list[int] | None = None, *, bulk: bool = False
-                ) -> Callable[[list[str]], Awaitable[None]]:
+    def _writer(
+        self, tweet_id: str, author: str, rows: list[int] | None = None, *, bulk: bool = False
+    ) -> Callable[[list[str]], Awaitable[None]]:
         """Writes a page of home rows (``bulk``: a large fan-out's slice, at
         the lowest priority); ``rows[0]`` counts them (for the log)."""
+
         async def once(page: list[str]) -> None:
             if bulk:
                 await self._tweets.home_add(tweet_id, author, page, bulk=True)
@@ -244,16 +281,14 @@ class FanoutHandlers:
         metrics.FANOUT_CHUNKS.inc()
         log.info("fanout.slice_published", tweet_id=str(tweet_id), author=author, after=after)
 
-    async def _names(self, author: str, after: str, limit: int, *, until: str | None = None
-                     ) -> tuple[list[str], str | None]:
+    async def _names(self, author: str, after: str, limit: int, *, until: str | None = None) -> tuple[list[str], str | None]:
         """Up to ``limit`` active followers after ``after`` (and at most
         ``until``), and where the next slice starts if more remain."""
         names: list[str] = []
         cursor: str | None = after
         while len(names) < limit:
             try:
-                page = await self._social.edges(author, "followers-active", min(self._page_size, limit - len(names)),
-                                                cursor)
+                page = await self._social.edges(author, "followers-active", min(self._page_size, limit - len(names)), cursor)
             except NotFound:
                 return names, None
             items = [item["username"] for item in page["items"]]
@@ -300,10 +335,16 @@ class FanoutHandlers:
             metrics.TIMELINE_ROWS_REMOVED.inc(removed)
         log.info("unfollow.applied", follower=d.follower, followee=d.followee, following=following, removed=removed)
 
-    async def _for_each_follower_page(self, author: str, action: Callable[[list[str]], Awaitable[None]], *,
-                                      first_page: Awaitable[dict[str, Any]] | None = None,
-                                      with_author: bool = False, direction: str = "followers",
-                                      max_followers: int | None = None) -> str | None:
+    async def _for_each_follower_page(
+        self,
+        author: str,
+        action: Callable[[list[str]], Awaitable[None]],
+        *,
+        first_page: Awaitable[dict[str, Any]] | None = None,
+        with_author: bool = False,
+        direction: str = "followers",
+        max_followers: int | None = None,
+    ) -> str | None:
         """Page through the followers, running ``action`` on each page with
         up to ``pages_in_flight`` pages being written while the next is read.
         ``first_page``: the first page, already being fetched; ``with_author``:

@@ -66,9 +66,16 @@ class OrderedPipeline(Generic[E]):
     another. ``partition``: the unit of ordered acks (the message's
     topic-partition)."""
 
-    def __init__(self, process: Callable[[E], Awaitable[None]], ack: Callable[[E], Awaitable[Any]], *,
-                 key: Callable[[E], Hashable], partition: Callable[[E], Hashable], window: int,
-                 max_unacked: int | None = None) -> None:
+    def __init__(
+        self,
+        process: Callable[[E], Awaitable[None]],
+        ack: Callable[[E], Awaitable[Any]],
+        *,
+        key: Callable[[E], Hashable],
+        partition: Callable[[E], Hashable],
+        window: int,
+        max_unacked: int | None = None,
+    ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
         self._process = process
@@ -111,8 +118,9 @@ class OrderedPipeline(Generic[E]):
         entry.task = asyncio.create_task(self._run(entry, partition, lane, before))
         self._lanes[lane] = entry.task
 
-    async def _run(self, entry: _Entry[E], partition: Hashable, lane: tuple[Hashable, Hashable],
-                   before: asyncio.Task[None] | None) -> None:
+    async def _run(
+        self, entry: _Entry[E], partition: Hashable, lane: tuple[Hashable, Hashable], before: asyncio.Task[None] | None
+    ) -> None:
         try:
             if before is not None:
                 # The previous event of this key: wait for it, whatever its fate.
@@ -150,8 +158,9 @@ class OrderedPipeline(Generic[E]):
     async def close(self) -> None:
         """Cancel what is still running (nothing more is acked: it will be
         redelivered), then raise the first error ``process`` raised, if any."""
-        tasks = [entry.task for queue in self._pending.values() for entry in queue
-                 if entry.task is not None and not entry.task.done()]
+        tasks = [
+            entry.task for queue in self._pending.values() for entry in queue if entry.task is not None and not entry.task.done()
+        ]
         for task in tasks:
             task.cancel()
         if tasks:

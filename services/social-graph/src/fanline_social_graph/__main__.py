@@ -23,8 +23,14 @@ async def migrate(settings: Settings) -> None:
 
 def main() -> None:
     settings = Settings.from_env(os.environ)
-    storage_service_main(SERVICE, settings.http, settings.storage.backend,
-                         lambda: build_storage(settings.storage), lambda: create_app(settings), sys.argv[1:])
+    storage_service_main(
+        SERVICE,
+        settings.http,
+        settings.storage.backend,
+        lambda: build_storage(settings.storage),
+        lambda: create_app(settings),
+        sys.argv[1:],
+    )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,9 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             hash_len=RFC_9106_LOW_MEMORY.hash_len,
             salt_len=RFC_9106_LOW_MEMORY.salt_len,
         )
-        budget = Argon2Budget(slots_for(settings.argon2_memory_budget_mib, settings.argon2_memory_kib),
-                              settings.argon2_queue_wait_s)
+        budget = Argon2Budget(
+            slots_for(settings.argon2_memory_budget_mib, settings.argon2_memory_kib), settings.argon2_queue_wait_s
+        )
         app.state.storage = store
         app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, budget, settings.inactive_after_s)
         metrics.set_build_info(SERVICE, __version__)
@@ -109,8 +110,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
 
     async def current_session(request: Request) -> Response:
         username, returned_at = await graph(request).session(_bearer(request))
-        return json_response({"username": username,
-                              "returned_at": to_rfc3339(returned_at) if returned_at else None})
+        return json_response({"username": username, "returned_at": to_rfc3339(returned_at) if returned_at else None})
 
     async def logout(request: Request) -> Response:
         await graph(request).logout(_bearer(request))
@@ -119,15 +119,13 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
     async def follow(request: Request) -> Response:
         p = request.path_params
         created, event = await graph(request).follow(p["username"], p["target"])
-        log.info("follow.stored", follower=p["username"], followee=p["target"], changed=created,
-                 event_id=str(event.id))
+        log.info("follow.stored", follower=p["username"], followee=p["target"], changed=created, event_id=str(event.id))
         return json_response({"changed": created, "event": event_to_json(event)})
 
     async def unfollow(request: Request) -> Response:
         p = request.path_params
         removed, event = await graph(request).unfollow(p["username"], p["target"])
-        log.info("unfollow.stored", follower=p["username"], followee=p["target"], changed=removed,
-                 event_id=str(event.id))
+        log.info("unfollow.stored", follower=p["username"], followee=p["target"], changed=removed, event_id=str(event.id))
         return json_response({"changed": removed, "event": event_to_json(event)})
 
     async def is_following(request: Request) -> Response:
@@ -147,8 +145,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             items, nxt = await graph(request).edges(request.path_params["username"], direction, limit, after)
             if direction == "followers-active":
                 # A fan-out's page of recipients (inactive followers are not in it).
-                log.info("followers.page", author=request.path_params["username"], followers=len(items),
-                         more=nxt is not None)
+                log.info("followers.page", author=request.path_params["username"], followers=len(items), more=nxt is not None)
             return json_response({"items": [edge_json(e) for e in items], "next": nxt})
 
         return handler

@@ -44,8 +44,14 @@ def token_hash(token: str) -> str:
 
 
 class SocialGraph:
-    def __init__(self, storage: SocialGraphStorage, hasher: PasswordHasher, session_ttl_s: int,
-                 budget: Argon2Budget | None = None, inactive_after_s: float = 7 * 24 * 3600) -> None:
+    def __init__(
+        self,
+        storage: SocialGraphStorage,
+        hasher: PasswordHasher,
+        session_ttl_s: int,
+        budget: Argon2Budget | None = None,
+        inactive_after_s: float = 7 * 24 * 3600,
+    ) -> None:
         self._storage = storage
         self._hasher = hasher
         self._argon2 = budget or Argon2Budget(1, 2.0)
@@ -176,9 +182,7 @@ class SocialGraph:
     async def _pair(self, follower: str, followee: str) -> tuple[User, User]:
         if canonical(follower) == canonical(followee):
             raise InvalidInput("you cannot follow yourself", code="cannot_follow_self")
-        found = await self._storage.users.get_many(
-            [n for n in (follower, followee) if is_valid_username(n)]
-        )
+        found = await self._storage.users.get_many([n for n in (follower, followee) if is_valid_username(n)])
         source, target = found.get(canonical(follower)), found.get(canonical(followee))
         if source is None:
             raise NotFound(f"no user named '{follower}'", code="user_not_found")
@@ -197,8 +201,11 @@ class SocialGraph:
         """One page of following/followers and the ``after`` of the next page."""
         await self.profile(username)  # 404 for unknown users
         repo = self._storage.follows
-        fetch = {"following": repo.following, "followers": repo.followers,
-                 "followers-active": self._storage.activity.active_followers}[direction]
+        fetch = {
+            "following": repo.following,
+            "followers": repo.followers,
+            "followers-active": self._storage.activity.active_followers,
+        }[direction]
         items = await fetch(username, limit + 1, after)
         page, more = items[:limit], len(items) > limit
         return page, (canonical(page[-1].username) if more and page else None)

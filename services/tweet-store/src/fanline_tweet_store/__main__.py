@@ -23,9 +23,12 @@ async def migrate(settings: Settings) -> None:
 def main() -> None:
     settings = Settings.from_env(os.environ)
     storage_service_main(
-        SERVICE, settings.http, settings.storage.backend,
+        SERVICE,
+        settings.http,
+        settings.storage.backend,
         lambda: open_storage(settings),
-        lambda: create_app(settings), sys.argv[1:],
+        lambda: create_app(settings),
+        sys.argv[1:],
     )
 
 

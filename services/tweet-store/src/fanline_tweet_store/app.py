@@ -83,8 +83,10 @@ def _since(request: Request) -> uuid.UUID | None:
 
 def _owners(body: dict[str, Any]) -> list[str]:
     owners = body.get("owners")
-    if not isinstance(owners, list) or len(owners) > MAX_OWNERS_PER_CALL or not all(
-        isinstance(o, str) and is_valid_username(o) for o in owners
+    if (
+        not isinstance(owners, list)
+        or len(owners) > MAX_OWNERS_PER_CALL
+        or not all(isinstance(o, str) and is_valid_username(o) for o in owners)
     ):
         raise InvalidInput("owners must be a list of usernames", code="invalid_owners")
     return owners
@@ -96,10 +98,13 @@ def open_storage(settings: Settings, activity: ForegroundActivity | None = None)
     under an adaptive limit, stricter while ``activity`` says user-facing
     requests are served."""
     limit = AdaptiveLimit(settings.fanout_limit, activity.busy if activity is not None else lambda: False)
-    storage = build_storage(settings.storage, home_retention_s=settings.home_retention_s,
-                            home_write_window=settings.home_writes.page_window,
-                            home_write_batch_rows=settings.home_write_batch_rows,
-                            home_write_limit=limit)
+    storage = build_storage(
+        settings.storage,
+        home_retention_s=settings.home_retention_s,
+        home_write_window=settings.home_writes.page_window,
+        home_write_batch_rows=settings.home_write_batch_rows,
+        home_write_limit=limit,
+    )
     if settings.tweet_cache.enabled:
         storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
     return storage
@@ -116,13 +121,21 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         s = storage or open_storage(settings, activity)
         await s.start()
-        social = SocialGraphClient(SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s,
-                                   token=settings.peers.internal_token)
+        social = SocialGraphClient(
+            SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s, token=settings.peers.internal_token
+        )
         cap = HomeCap(s.home, settings.home_max_rows)
-        hybrid = HybridHome(s.home, s.tweets, s.large, social.following_all,
-                            retention_s=settings.home_retention_s, policy=settings.hybrid)
-        regenerator = Regenerator(s.home, s.tweets, hybrid.following, retention_s=settings.home_retention_s,
-                                  max_rows=settings.home_max_rows, on_done=lambda owner: cap.schedule([owner]))
+        hybrid = HybridHome(
+            s.home, s.tweets, s.large, social.following_all, retention_s=settings.home_retention_s, policy=settings.hybrid
+        )
+        regenerator = Regenerator(
+            s.home,
+            s.tweets,
+            hybrid.following,
+            retention_s=settings.home_retention_s,
+            max_rows=settings.home_max_rows,
+            on_done=lambda owner: cap.schedule([owner]),
+        )
         app.state.storage = s
         app.state.cap = cap
         app.state.store = TweetStore(
@@ -153,8 +166,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         if not isinstance(username, str):
             raise InvalidInput("username required", code="invalid_username")
         tweet, created, event = await store(request).post(username, body.get("body"), key)
-        log.info("tweet.stored", tweet_id=str(tweet.id), author=tweet.username, created=created,
-                 event_id=str(event.id))
+        log.info("tweet.stored", tweet_id=str(tweet.id), author=tweet.username, created=created, event_id=str(event.id))
         return json_response(
             {"tweet": tweet_json(tweet), "created": created, "event": event_to_json(event)},
             201 if created else 200,
@@ -198,15 +210,19 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             # Refused before any row was written: the writes queued here
             # would not let this page finish in time (limiter.write_all).
             metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path, "refused").inc()
-            raise Overloaded(f"fan-out page refused: {refused}; send it again later",
-                             retry_after=FANOUT_PAGE.retry_after_s, shed_by=SERVICE) from None
+            raise Overloaded(
+                f"fan-out page refused: {refused}; send it again later", retry_after=FANOUT_PAGE.retry_after_s, shed_by=SERVICE
+            ) from None
         except TimeoutError:
             if not timer.expired():
                 raise  # a timeout of the work itself, not our budget
             metrics.FANOUT_PAGES_EXPIRED.labels(request.url.path, "expired").inc()
-            raise Overloaded(f"fan-out page not written within {budget:.3g} s (its caller's budget): writes are "
-                             "queued here; send it again later", retry_after=FANOUT_PAGE.retry_after_s,
-                             shed_by=SERVICE) from None
+            raise Overloaded(
+                f"fan-out page not written within {budget:.3g} s (its caller's budget): writes are "
+                "queued here; send it again later",
+                retry_after=FANOUT_PAGE.retry_after_s,
+                shed_by=SERVICE,
+            ) from None
 
     async def home_add(request: Request) -> Response:
         body = await read_json_object(request, max_bytes=1024 * 1024)

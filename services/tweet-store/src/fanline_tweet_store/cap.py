@@ -38,8 +38,15 @@ log = logging.getLogger(__name__)
 class HomeCap:
     """Trims sampled owners' home timelines to ``max_rows`` in the background."""
 
-    def __init__(self, home: HomeTimelineRepository, max_rows: int, *, sample_every: int | None = None,
-                 concurrency: int = 2, queue_size: int = 10_000) -> None:
+    def __init__(
+        self,
+        home: HomeTimelineRepository,
+        max_rows: int,
+        *,
+        sample_every: int | None = None,
+        concurrency: int = 2,
+        queue_size: int = 10_000,
+    ) -> None:
         if max_rows < 1:
             raise ValueError("max_rows must be positive")
         self._home = home

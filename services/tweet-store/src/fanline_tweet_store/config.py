@@ -59,8 +59,7 @@ class Settings:
             ),
             # Fan-out rows per request (replica-grouped unlogged batches); 1 =
             # single-row inserts. Above 10 the node warns on every batch.
-            home_write_batch_rows=env.integer("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                                              minimum=1),
+            home_write_batch_rows=env.integer("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS, minimum=1),
             # Tweets kept in memory for timeline pages (cache.py); size 0 = off.
             tweet_cache=TweetCachePolicy(
                 size=env.integer("FANLINE_TWEET_CACHE_SIZE", DEFAULT_SIZE, minimum=0),

@@ -83,8 +83,9 @@ class SingleFlightCache(Generic[V]):
     read after the full ``ttl_s`` waits, as with a plain TTL cache; an entry
     nobody reads costs nothing. At most ``size`` entries are kept (LRU)."""
 
-    def __init__(self, ttl_s: float, size: int, *, refresh_ahead: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, ttl_s: float, size: int, *, refresh_ahead: float = 0.5, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._ttl = ttl_s
         self._refresh_after = ttl_s * refresh_ahead if 0 < refresh_ahead < 1 else ttl_s
         self._clock = clock
@@ -154,7 +155,7 @@ class RecentLines:
         else:
             bound = timeuuid_sort_key(before)
             start = next((n for n, i in enumerate(head) if timeuuid_sort_key(i) < bound), len(head))
-        found = head[start:start + limit]
+        found = head[start : start + limit]
         if len(found) == limit or len(head) < self._depth:
             metrics.HOME_MERGE_LOOKUPS.labels(result="hit").inc()
             return found
@@ -165,8 +166,16 @@ class RecentLines:
 class HybridHome:
     """Reads the ids of one home-timeline page (see the module docstring)."""
 
-    def __init__(self, home: HomeTimelineRepository, tweets: TweetRepository, large: LargeAccountRegistry,
-                 following: FollowingLookup, *, retention_s: int, policy: HybridPolicy) -> None:
+    def __init__(
+        self,
+        home: HomeTimelineRepository,
+        tweets: TweetRepository,
+        large: LargeAccountRegistry,
+        following: FollowingLookup,
+        *,
+        retention_s: int,
+        policy: HybridPolicy,
+    ) -> None:
         self._home = home
         self._tweets = tweets
         self._large = large
@@ -213,8 +222,9 @@ class HybridHome:
         bound = horizon if before is None or timeuuid_sort_key(before) > floor else before
         authors = sorted(await self.following(owner_lc) | {owner_lc})
         need = limit - len(page)
-        lines = await _bounded(self._policy.fallback_concurrency,
-                               [partial(self._tweets.userline, a, need, bound) for a in authors])
+        lines = await _bounded(
+            self._policy.fallback_concurrency, [partial(self._tweets.userline, a, need, bound) for a in authors]
+        )
         oldest = utcnow() - self._retention
         below = {i for line in lines for i in line if timeuuid_time(i) > oldest}
         return page + sorted(below, key=timeuuid_sort_key, reverse=True)[:need]

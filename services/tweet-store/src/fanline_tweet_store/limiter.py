@@ -111,7 +111,9 @@ class PageRefused(Exception):
     def __init__(self, expected_s: float, budget_s: float) -> None:
         super().__init__(
             f"about {expected_s:.1f} s of fan-out writes are queued here for a budget of {budget_s:.1f} s"
-            if expected_s != float("inf") else "the first page here is still being timed")
+            if expected_s != float("inf")
+            else "the first page here is still being timed"
+        )
         self.expected_s = expected_s
         self.budget_s = budget_s
 
@@ -168,8 +170,7 @@ class LimitPolicy:
 
 
 class AdaptiveLimit:
-    def __init__(self, policy: LimitPolicy, busy: Callable[[], bool],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, policy: LimitPolicy, busy: Callable[[], bool], clock: Callable[[], float] = time.monotonic) -> None:
         self._p = policy
         self._busy = busy
         self._clock = clock

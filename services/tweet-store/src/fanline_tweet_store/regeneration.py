@@ -47,8 +47,16 @@ FollowingLookup = Callable[[str], Awaitable[set[str]]]
 
 
 class Regenerator:
-    def __init__(self, home: HomeTimelineRepository, tweets: TweetRepository, following: FollowingLookup, *,
-                 retention_s: int, max_rows: int, on_done: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        home: HomeTimelineRepository,
+        tweets: TweetRepository,
+        following: FollowingLookup,
+        *,
+        retention_s: int,
+        max_rows: int,
+        on_done: Callable[[str], None] | None = None,
+    ) -> None:
         self._home = home
         self._tweets = tweets
         self._following = following
@@ -110,10 +118,16 @@ class Regenerator:
         floor = max((timeuuid_sort_key(i) for i in cut), default="")
         oldest = utcnow() - self._retention
         entries = sorted(
-            ((i, a) for a, line in zip(authors, lines, strict=True) for i in line
-             if timeuuid_sort_key(i) >= floor and timeuuid_time(i) > oldest),
-            key=lambda e: timeuuid_sort_key(e[0]), reverse=True)
-        keep = entries[:self._max_rows]
+            (
+                (i, a)
+                for a, line in zip(authors, lines, strict=True)
+                for i in line
+                if timeuuid_sort_key(i) >= floor and timeuuid_time(i) > oldest
+            ),
+            key=lambda e: timeuuid_sort_key(e[0]),
+            reverse=True,
+        )
+        keep = entries[: self._max_rows]
         if keep:
             await self._home.add_many(owner, keep)
         if cut or len(entries) > len(keep):

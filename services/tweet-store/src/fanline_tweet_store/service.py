@@ -57,8 +57,17 @@ LARGE_REGISTRATION_MARGIN_S = 24 * 3600
 
 
 class TweetStore:
-    def __init__(self, storage: TweetStoreStorage, *, retention_s: int, idempotency_ttl_s: int,
-                 merge_count: int, hybrid: HybridHome, cap: HomeCap, regenerator: Regenerator) -> None:
+    def __init__(
+        self,
+        storage: TweetStoreStorage,
+        *,
+        retention_s: int,
+        idempotency_ttl_s: int,
+        merge_count: int,
+        hybrid: HybridHome,
+        cap: HomeCap,
+        regenerator: Regenerator,
+    ) -> None:
         self._s = storage
         self._retention_s = retention_s
         self._retention = timedelta(seconds=retention_s)
@@ -124,8 +133,9 @@ class TweetStore:
         await self._s.tweets.delete(tweet, event, remember_s=self._idem_ttl)
         return event
 
-    async def page(self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None,
-                   since: uuid.UUID | None = None) -> tuple[list[Tweet], str | None]:
+    async def page(
+        self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None, since: uuid.UUID | None = None
+    ) -> tuple[list[Tweet], str | None]:
         """One timeline page: a slice of ids, then one multi-get.
 
         Only ids strictly older than ``before`` and, with ``since``, strictly

@@ -34,8 +34,9 @@ def batch(statements: Iterable[tuple[PreparedStatement, Sequence[Any]]], *, logg
     return b
 
 
-def replica_batches(session: Session, statement: PreparedStatement, params_seq: Sequence[Params], *,
-                    rows: int) -> list[BatchStatement]:
+def replica_batches(
+    session: Session, statement: PreparedStatement, params_seq: Sequence[Params], *, rows: int
+) -> list[BatchStatement]:
     """The rows of ``statement`` as small unlogged batches of at most ``rows``
     rows, each holding only partitions whose first replica is the same node.
 
@@ -63,7 +64,7 @@ def replica_batches(session: Session, statement: PreparedStatement, params_seq: 
     for bounds in groups.values():
         for start in range(0, len(bounds), rows):
             b = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=WRITE_CL)
-            for bound in bounds[start:start + rows]:
+            for bound in bounds[start : start + rows]:
                 b.add(bound)
             out.append(b)
     return out

@@ -89,8 +89,9 @@ async def execute(session: Session, statement: Statement | str, params: Params =
     return await fut
 
 
-async def execute_lwt(session: Session, statement: Statement | str, params: Params = None, *, name: str
-                      ) -> tuple[bool, Row | None]:
+async def execute_lwt(
+    session: Session, statement: Statement | str, params: Params = None, *, name: str
+) -> tuple[bool, Row | None]:
     """Run a lightweight transaction: ``(applied, row)``.
 
     When not applied, ``row`` holds the current values of the row that made the
@@ -104,9 +105,14 @@ async def execute_lwt(session: Session, statement: Statement | str, params: Para
     return bool(row[0]), row
 
 
-async def execute_concurrent(session: Session, statement: Statement, params_seq: Sequence[Params], *, name: str,
-                             concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
-                             ) -> list[list[Row]]:
+async def execute_concurrent(
+    session: Session,
+    statement: Statement,
+    params_seq: Sequence[Params],
+    *,
+    name: str,
+    concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+) -> list[list[Row]]:
     """Execute ``statement`` once per parameter tuple, at most ``concurrency`` at
     a time; return each execution's rows, in the order of ``params_seq``.
     ``concurrency`` may be a function, asked again as executions complete
@@ -134,8 +140,13 @@ async def execute_concurrent(session: Session, statement: Statement, params_seq:
     return await fut
 
 
-async def execute_each(session: Session, statements: Sequence[Statement], *, name: str,
-                       concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY) -> None:
+async def execute_each(
+    session: Session,
+    statements: Sequence[Statement],
+    *,
+    name: str,
+    concurrency: int | Callable[[], int] = policies.DEFAULT_FANOUT_CONCURRENCY,
+) -> None:
     """Execute already-bound ``statements`` (e.g. ``replica_batches``), at
     most ``concurrency`` at a time; same window, failure and cancellation
     contract as ``execute_concurrent``. Rows, if any, are dropped."""

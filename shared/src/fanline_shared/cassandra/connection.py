@@ -122,8 +122,9 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             connect_timeout=min(10.0, settings.request_timeout_s),
             control_connection_timeout=settings.request_timeout_s,
-            reconnection_policy=ExponentialReconnectionPolicy(policies.CASSANDRA_RECONNECT.base_delay_s,
-                                                              policies.CASSANDRA_RECONNECT.max_delay_s),
+            reconnection_policy=ExponentialReconnectionPolicy(
+                policies.CASSANDRA_RECONNECT.base_delay_s, policies.CASSANDRA_RECONNECT.max_delay_s
+            ),
             **kwargs,
         )
         session = cluster.connect()
@@ -132,9 +133,12 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
     except Exception as exc:
         if cluster is not None:
             cluster.shutdown()
-        if isinstance(exc, NoHostAvailable) and protocol_version > ProtocolVersion.V4 and any(
-            isinstance(e, ProtocolVersionUnsupported) or "protocol version" in str(e).lower()
-            for e in exc.errors.values()
+        if (
+            isinstance(exc, NoHostAvailable)
+            and protocol_version > ProtocolVersion.V4
+            and any(
+                isinstance(e, ProtocolVersionUnsupported) or "protocol version" in str(e).lower() for e in exc.errors.values()
+            )
         ):
             raise _ProtocolTooNew() from exc
         if isinstance(exc, (NoHostAvailable, DriverException, OSError)):

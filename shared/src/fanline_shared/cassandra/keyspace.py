@@ -68,8 +68,9 @@ class Keyspace:
                 return
             session = await open_session(self.settings)
             try:
-                await migrate(session, self.name, self.settings.replication_factor, self.migrations,
-                              local_dc=self.settings.local_dc)
+                await migrate(
+                    session, self.name, self.settings.replication_factor, self.migrations, local_dc=self.settings.local_dc
+                )
                 await asyncio.to_thread(self._prepare_all, session)
             except BaseException:
                 await close_session(session)

@@ -41,8 +41,9 @@ def _split(cql: str) -> list[str]:
     return [p for p in parts if p]
 
 
-async def migrate(session: Session, keyspace: str, replication_factor: int, migrations: Sequence[str], *,
-                  local_dc: str = "datacenter1") -> None:
+async def migrate(
+    session: Session, keyspace: str, replication_factor: int, migrations: Sequence[str], *, local_dc: str = "datacenter1"
+) -> None:
     """Create ``keyspace`` and apply ``migrations`` (1-based versions) once each.
 
     Replication: ``NetworkTopologyStrategy`` with ``replication_factor`` in
@@ -59,10 +60,13 @@ async def migrate(session: Session, keyspace: str, replication_factor: int, migr
     """
     _check_identifier(keyspace)
     replication = ", ".join(f"'{dc}': {replication_factor}" for dc in _datacenters(session, local_dc))
-    await _with_retry(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-                               f"{{'class': 'NetworkTopologyStrategy', {replication}}}")
-    await _with_retry(session, f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations "
-                               "(version int PRIMARY KEY, applied_at timestamp)")
+    await _with_retry(
+        session,
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'NetworkTopologyStrategy', {replication}}}",
+    )
+    await _with_retry(
+        session, f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp)"
+    )
     rows = await _with_retry(session, f"SELECT version FROM {keyspace}.schema_migrations")
     applied = {row.version for row in rows}
     for version, cql in enumerate(migrations, start=1):
@@ -70,8 +74,11 @@ async def migrate(session: Session, keyspace: str, replication_factor: int, migr
             continue
         for statement in _split(cql.replace("{keyspace}", keyspace)):
             await _with_retry(session, statement)
-        await _with_retry(session, f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
-                          (version, datetime.now(UTC)))
+        await _with_retry(
+            session,
+            f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
+            (version, datetime.now(UTC)),
+        )
         log.info("cassandra: applied migration %d to %s", version, keyspace)
     agreed = await asyncio.to_thread(session.cluster.control_connection.wait_for_schema_agreement)
     if agreed is False:
@@ -85,8 +92,9 @@ async def _with_retry(session: Session, statement: str, params: Any = None) -> A
     def warn(attempt: int, exc: BaseException) -> None:
         log.warning("cassandra: migration statement failed (attempt %d), retrying: %s", attempt, exc)
 
-    return await policies.retry(policies.MIGRATE_STATEMENT,
-                                lambda: execute(session, statement, params, name="migrate"), on_retry=warn)
+    return await policies.retry(
+        policies.MIGRATE_STATEMENT, lambda: execute(session, statement, params, name="migrate"), on_retry=warn
+    )
 
 
 def _check_identifier(name: str) -> None:

@@ -118,28 +118,33 @@ class CassandraOutbox:
         ks = self.keyspace
         self.session = session
         self._insert = prepare(
-            session, f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload, request_id) VALUES (?, ?, ?, ?, ?, ?)",
-            write=True)
-        self._insert_minute = prepare(
-            session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
-        self._minutes = prepare(
-            session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
+            session,
+            f"INSERT INTO {ks}.outbox (shard, minute, event_id, key, payload, request_id) VALUES (?, ?, ?, ?, ?, ?)",
+            write=True,
+        )
+        self._insert_minute = prepare(session, f"INSERT INTO {ks}.outbox_minutes (shard, minute) VALUES (?, ?)", write=True)
+        self._minutes = prepare(session, f"SELECT minute FROM {ks}.outbox_minutes WHERE shard = ? AND minute <= ? LIMIT ?")
         self._read = prepare(
             session,
-            f"SELECT event_id, key, payload, request_id FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? "
-            "LIMIT ?")
-        self._delete = prepare(
-            session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
-        self._delete_minute = prepare(
-            session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
+            f"SELECT event_id, key, payload, request_id FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? LIMIT ?",
+        )
+        self._delete = prepare(session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
+        self._delete_minute = prepare(session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
         self._lease_take = prepare(
-            session, f"INSERT INTO {ks}.outbox_lease (name, holder) VALUES (?, ?) IF NOT EXISTS USING TTL ?",
-            write=True, idempotent=False)
+            session,
+            f"INSERT INTO {ks}.outbox_lease (name, holder) VALUES (?, ?) IF NOT EXISTS USING TTL ?",
+            write=True,
+            idempotent=False,
+        )
         self._lease_renew = prepare(
-            session, f"UPDATE {ks}.outbox_lease USING TTL ? SET holder = ? WHERE name = ? IF holder = ?",
-            write=True, idempotent=False)
+            session,
+            f"UPDATE {ks}.outbox_lease USING TTL ? SET holder = ? WHERE name = ? IF holder = ?",
+            write=True,
+            idempotent=False,
+        )
         self._lease_release = prepare(
-            session, f"DELETE FROM {ks}.outbox_lease WHERE name = ? IF holder = ?", write=True, idempotent=False)
+            session, f"DELETE FROM {ks}.outbox_lease WHERE name = ? IF holder = ?", write=True, idempotent=False
+        )
 
     def row_write(self, event: OutboxEvent) -> tuple[PreparedStatement, tuple[Any, ...]]:
         """The write of the event's row (callers put it in their own batch)."""
@@ -194,21 +199,19 @@ class CassandraOutbox:
         last_minute = unix_minute(older_than)
         closed_before = unix_minute(datetime.now(UTC) - OUTBOX_CLOSE_AFTER)
         per_shard = await asyncio.gather(
-            *(self._pending_shard(session, shard, bound, last_minute, closed_before, limit)
-              for shard in range(OUTBOX_SHARDS))
+            *(self._pending_shard(session, shard, bound, last_minute, closed_before, limit) for shard in range(OUTBOX_SHARDS))
         )
         merged = heapq.merge(*per_shard, key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
         return [event for event, _ in zip(merged, range(limit), strict=False)]
 
-    async def _pending_shard(self, session: Session, shard: int, bound: uuid.UUID, last_minute: int,
-                             closed_before: int, limit: int) -> list[OutboxEvent]:
+    async def _pending_shard(
+        self, session: Session, shard: int, bound: uuid.UUID, last_minute: int, closed_before: int, limit: int
+    ) -> list[OutboxEvent]:
         minutes = await execute(session, self._minutes, (shard, last_minute, 10_000), name="outbox_minutes")
         events: list[OutboxEvent] = []
         for row in minutes:
-            rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)),
-                                 name="outbox_pending")
-            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload), request_id=r.request_id)
-                          for r in rows)
+            rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)), name="outbox_pending")
+            events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload), request_id=r.request_id) for r in rows)
             if not rows and row.minute < closed_before:
                 # Closed and drained: stop reading it on every sweep.
                 await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")
@@ -233,8 +236,7 @@ class CassandraOutbox:
             return True
         if row is None or getattr(row, "holder", None) != holder:
             return False
-        renewed, _ = await execute_lwt(session, self._lease_renew, (ttl_s, holder, RELAY_LEASE, holder),
-                                       name="outbox_lease")
+        renewed, _ = await execute_lwt(session, self._lease_renew, (ttl_s, holder, RELAY_LEASE, holder), name="outbox_lease")
         return renewed
 
     async def release_lease(self, holder: str) -> None:

@@ -38,8 +38,16 @@ class _Window:
 
     _MAX_DEPTH = 40  # callbacks can run synchronously; avoid deep recursion
 
-    def __init__(self, session: Session, statement: Statement | None, params: Sequence[Any], name: str,
-                 loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], limit: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        statement: Statement | None,
+        params: Sequence[Any],
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future[Any],
+        limit: Callable[[], int],
+    ) -> None:
         self.session = session
         self.limit = limit
         self.statement = statement
@@ -101,8 +109,7 @@ class _Window:
             # holds its callbacks' arguments, so that would be a cycle (response
             # → args → response) for the cyclic GC to free, once per row.
             self.responses[index] = response
-            response.add_callbacks(self._done, self._failed, callback_args=(index, started),
-                                   errback_args=(index, started))
+            response.add_callbacks(self._done, self._failed, callback_args=(index, started), errback_args=(index, started))
         finally:
             self.local.depth = depth
 

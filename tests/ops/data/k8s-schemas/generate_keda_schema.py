@@ -37,9 +37,11 @@ def strict(node: Any) -> Any:
 def main() -> None:
     schema = strict(ScaledObject.model_json_schema(by_alias=True, mode="validation"))
     schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata", "spec"})
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
-              "description": "KEDA ScaledObject (keda.sh/v1alpha1), generated from cloudcoil-models-keda 2.16.1.0",
-              **schema}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "description": "KEDA ScaledObject (keda.sh/v1alpha1), generated from cloudcoil-models-keda 2.16.1.0",
+        **schema,
+    }
     OUT.write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
     print(f"wrote {OUT}")
 

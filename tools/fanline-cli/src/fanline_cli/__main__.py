@@ -89,8 +89,10 @@ def cmd_dlq(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             letters = letters[: args.limit]
     for letter in letters:
         verb = "would replay" if args.dry_run else "replaying"
-        print(f"{verb} partition {letter.partition} offset {letter.offset} "
-              f"(reason {letter.reason or '?'}) -> {settings.events_topic}")
+        print(
+            f"{verb} partition {letter.partition} offset {letter.offset} "
+            f"(reason {letter.reason or '?'}) -> {settings.events_topic}"
+        )
     if args.dry_run:
         print(f"dry run: {len(letters)} message(s) not replayed", file=sys.stderr)
         return 0
@@ -103,10 +105,11 @@ def cmd_rebuild_home(args: argparse.Namespace, environ: Mapping[str, str]) -> in
     from .rebuild import rebuild_home
 
     peers = PeerSettings.from_env(Env(environ))
-    result = asyncio.run(rebuild_home(peers, args.username, page_size=args.page_size,
-                                      concurrency=args.concurrency))
-    print(f"rebuilt the home timeline of {result.username}: {result.merged} row(s) merged "
-          f"from {result.authors} author(s) (followees and the user)")
+    result = asyncio.run(rebuild_home(peers, args.username, page_size=args.page_size, concurrency=args.concurrency))
+    print(
+        f"rebuilt the home timeline of {result.username}: {result.merged} row(s) merged "
+        f"from {result.authors} author(s) (followees and the user)"
+    )
     return 0
 
 
@@ -114,12 +117,19 @@ def cmd_sample_data(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     from .sample_data import generate
 
     prefix = args.prefix if args.prefix is not None else f"s{secrets.token_hex(2)}_"
-    result = asyncio.run(generate(
-        args.api or environ.get("FANLINE_API_URL", "http://127.0.0.1:8000"),
-        users=args.users, follows_per_user=args.follows_per_user, tweets_per_user=args.tweets_per_user,
-        prefix=prefix, password=args.password, concurrency=args.concurrency, seed=args.seed,
-        progress=not args.quiet,
-    ))
+    result = asyncio.run(
+        generate(
+            args.api or environ.get("FANLINE_API_URL", "http://127.0.0.1:8000"),
+            users=args.users,
+            follows_per_user=args.follows_per_user,
+            tweets_per_user=args.tweets_per_user,
+            prefix=prefix,
+            password=args.password,
+            concurrency=args.concurrency,
+            seed=args.seed,
+            progress=not args.quiet,
+        )
+    )
     print(result.summary())
     return 0
 
@@ -182,8 +192,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = parser().parse_args(argv)
     env = os.environ if environ is None else environ
-    logging.basicConfig(level=env.get("FANLINE_LOG_LEVEL", "WARNING").upper(),
-                        format="%(asctime)s fanline %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=env.get("FANLINE_LOG_LEVEL", "WARNING").upper(), format="%(asctime)s fanline %(levelname)s %(name)s: %(message)s"
+    )
     for noisy in ("aiokafka", "kafka", "httpx", "httpcore", "cassandra"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     try:

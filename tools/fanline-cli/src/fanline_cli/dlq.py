@@ -60,9 +60,11 @@ class DeadLetter:
         }
 
     def text(self) -> str:
-        lines = [f"--- partition {self.partition} offset {self.offset} "
-                 f"({time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.timestamp_ms / 1000))} UTC)",
-                 f"key:     {None if self.key is None else self.key.decode(errors='replace')}"]
+        lines = [
+            f"--- partition {self.partition} offset {self.offset} "
+            f"({time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.timestamp_ms / 1000))} UTC)",
+            f"key:     {None if self.key is None else self.key.decode(errors='replace')}",
+        ]
         lines += [f"{name + ':':<18} {value}" for name, value in sorted(self.headers.items())]
         lines.append(f"payload: {self.value.decode(errors='replace')}")
         return "\n".join(lines)
@@ -103,15 +105,15 @@ async def read(settings: KafkaSettings, limit: int | None = None, timeout_s: flo
         while pending and (limit is None or len(letters) < limit):
             batch = await consumer.getmany(*pending, timeout_ms=500)
             if not batch and time.monotonic() > deadline:
-                raise Unavailable(f"timed out reading {settings.dlq_topic} (partitions left: "
-                                  f"{sorted(tp.partition for tp in pending)})")
+                raise Unavailable(
+                    f"timed out reading {settings.dlq_topic} (partitions left: {sorted(tp.partition for tp in pending)})"
+                )
             for tp, messages in batch.items():
                 deadline = time.monotonic() + timeout_s
                 for m in messages:
                     if m.offset >= ends[tp]:
                         break
-                    letters.append(DeadLetter(m.partition, m.offset, m.timestamp, m.key, m.value or b"",
-                                              _headers(m.headers)))
+                    letters.append(DeadLetter(m.partition, m.offset, m.timestamp, m.key, m.value or b"", _headers(m.headers)))
                 if await consumer.position(tp) >= ends[tp]:
                     pending.discard(tp)
         letters.sort(key=lambda d: (d.timestamp_ms, d.partition, d.offset))

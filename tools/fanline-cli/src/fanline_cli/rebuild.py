@@ -46,8 +46,7 @@ async def following(social: SocialGraphClient, username: str, page_size: int) ->
             return names
 
 
-async def rebuild_home(peers: PeerSettings, username: str, *, page_size: int = 1000,
-                       concurrency: int = 8) -> RebuildResult:
+async def rebuild_home(peers: PeerSettings, username: str, *, page_size: int = 1000, concurrency: int = 8) -> RebuildResult:
     social = SocialGraphClient(SERVICE, peers.social_graph_url, peers.timeout_s, token=peers.internal_token)
     tweets = TweetStoreClient(SERVICE, peers.tweet_store_url, peers.timeout_s, token=peers.internal_token)
     try:

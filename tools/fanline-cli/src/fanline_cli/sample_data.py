@@ -52,9 +52,11 @@ class SampleResult:
     def summary(self) -> str:
         rate = self.requests / self.seconds if self.seconds else 0.0
         first = self.usernames[0] if self.usernames else "-"
-        return (f"{len(self.usernames)} users, {self.follows} follows, {self.tweets} tweets: "
-                f"{self.requests} requests in {self.seconds:.1f}s ({rate:.0f}/s). "
-                f"Log in as {first!r} with password {self.password!r}.")
+        return (
+            f"{len(self.usernames)} users, {self.follows} follows, {self.tweets} tweets: "
+            f"{self.requests} requests in {self.seconds:.1f}s ({rate:.0f}/s). "
+            f"Log in as {first!r} with password {self.password!r}."
+        )
 
 
 def sentence(rng: random.Random) -> str:
@@ -75,7 +77,7 @@ def follow_plan(names: list[str], per_user: int, rng: random.Random) -> list[tup
     per_user = min(per_user, len(names) - 1)
     plan = []
     for i, name in enumerate(names):
-        others = names[:i] + names[i + 1:]
+        others = names[:i] + names[i + 1 :]
         plan += [(name, target) for target in rng.sample(others, per_user)]
     return plan
 
@@ -84,15 +86,17 @@ class PublicApi:
     def __init__(self, base_url: str, concurrency: int, timeout_s: float = 30.0) -> None:
         self.requests = 0
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout_s,
+            base_url=base_url.rstrip("/"),
+            timeout=timeout_s,
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
 
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def call(self, method: str, path: str, *, json: Any = None, token: str | None = None,
-                   accept: Iterable[int] = (200, 201, 204)) -> httpx.Response:
+    async def call(
+        self, method: str, path: str, *, json: Any = None, token: str | None = None, accept: Iterable[int] = (200, 201, 204)
+    ) -> httpx.Response:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         for attempt in range(8):
             try:
@@ -100,12 +104,12 @@ class PublicApi:
             except httpx.TransportError as exc:
                 if attempt == 7:
                     raise SampleDataError(f"{method} {path}: {exc!r}") from None
-                await asyncio.sleep(min(0.2 * 2 ** attempt, 5.0))
+                await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
                 continue
             self.requests += 1
             if response.status_code in RETRY_STATUSES and attempt < 7:
                 retry_after = response.headers.get("retry-after", "")
-                await asyncio.sleep(float(retry_after) if retry_after.isdigit() else min(0.2 * 2 ** attempt, 5.0))
+                await asyncio.sleep(float(retry_after) if retry_after.isdigit() else min(0.2 * 2**attempt, 5.0))
                 continue
             if response.status_code not in accept:
                 raise SampleDataError(f"{method} {path} -> {response.status_code}: {response.text[:300]}")
@@ -125,9 +129,18 @@ async def pool(items: list[T], work: Callable[[T], Awaitable[None]], concurrency
     await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
 
 
-async def generate(api_url: str, *, users: int, follows_per_user: int, tweets_per_user: int,
-                   prefix: str, password: str, concurrency: int = 16, seed: int | None = None,
-                   progress: bool = True) -> SampleResult:
+async def generate(
+    api_url: str,
+    *,
+    users: int,
+    follows_per_user: int,
+    tweets_per_user: int,
+    prefix: str,
+    password: str,
+    concurrency: int = 16,
+    seed: int | None = None,
+    progress: bool = True,
+) -> SampleResult:
     rng = random.Random(seed)
     names = usernames(prefix, users)
     plan = follow_plan(names, follows_per_user, rng)
@@ -139,6 +152,7 @@ async def generate(api_url: str, *, users: int, follows_per_user: int, tweets_pe
     total = 2 * len(names) + len(plan) + len(posts)
     bar = tqdm(total=total, unit="req", desc="sign up", disable=not progress, dynamic_ncols=True)
     try:
+
         async def sign_up(name: str) -> None:
             await api.call("POST", "/v1/users", json={"username": name, "password": password}, accept=(201, 409))
 

@@ -40,8 +40,10 @@ class TopicReport:
 
 async def ensure(settings: KafkaSettings) -> list[TopicReport]:
     counts = await ensure_topics(settings)
-    return [TopicReport(t, counts.get(t, 0), settings.partitions) for t in (settings.events_topic, settings.dlq_topic,
-                                                                           settings.chunks_topic)]
+    return [
+        TopicReport(t, counts.get(t, 0), settings.partitions)
+        for t in (settings.events_topic, settings.dlq_topic, settings.chunks_topic)
+    ]
 
 
 async def verify(settings: KafkaSettings, timeout_s: float = 15.0) -> list[TopicReport]:

@@ -189,8 +189,9 @@ class Web:
         env.globals.update(BODY_MAX=BODY_MAX, CSRF_FIELD=CSRF_FIELD, user_path=user_path, plural=plural)
         self.templates = Jinja2Templates(env=env)
 
-    def render(self, request: Request, template: str, context: dict[str, Any], status: int = 200,
-               headers: dict[str, str] | None = None) -> Response:
+    def render(
+        self, request: Request, template: str, context: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+    ) -> Response:
         who = viewer(request)
         # The CSRF token is bound to the session cookie the browser will send
         # next; a stale session cookie is cleared below, so bind to none.
@@ -202,8 +203,9 @@ class Web:
         query = request.url.query
         here = request.url.path + (f"?{query}" if query and request.method == "GET" else "")
         ctx = {"request": request, "viewer": who.username, "csrf": token, "here": here, **context}
-        response = self.templates.TemplateResponse(request, template, ctx, status_code=status,
-                                                   headers={**SECURITY_HEADERS, **(headers or {})})
+        response = self.templates.TemplateResponse(
+            request, template, ctx, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})}
+        )
         if fresh:
             set_cookie(request, response, CSRF_COOKIE, token)
         if who.stale:
@@ -212,8 +214,7 @@ class Web:
 
     def error(self, request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         title = TITLES.get(status, "Something went wrong")
-        return self.render(request, "error.html", {"title": title, "status": status, "message": message},
-                           status, headers)
+        return self.render(request, "error.html", {"title": title, "status": status, "message": message}, status, headers)
 
     def domain_error(self, request: Request, exc: DomainError) -> Response:
         retry_after = getattr(exc, "retry_after", None)
@@ -247,11 +248,11 @@ async def read_form(request: Request) -> dict[str, str]:
     data: FormData
     try:
         if content_type == "application/x-www-form-urlencoded":
-            data = await FormParser(request.headers, bounded(), max_fields=MAX_FORM_FIELDS,
-                                    max_part_size=MAX_BODY_BYTES).parse()
+            data = await FormParser(request.headers, bounded(), max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES).parse()
         elif content_type == "multipart/form-data":
-            data = await MultiPartParser(request.headers, bounded(), max_files=0, max_fields=MAX_FORM_FIELDS,
-                                         max_part_size=MAX_BODY_BYTES).parse()
+            data = await MultiPartParser(
+                request.headers, bounded(), max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=MAX_BODY_BYTES
+            ).parse()
         else:
             return {}
     except MultiPartException as exc:
@@ -289,8 +290,9 @@ def page(web: Web, path: str, handler: PageHandler, methods: tuple[str, ...] = (
             if request.method == "POST" and not web.csrf.check(
                 request.cookies, form(request).get(CSRF_FIELD), request.cookies.get(SESSION_COOKIE)
             ):
-                response = web.error(request, 403, "This form has expired or did not come from Fanline. "
-                                                   "Go back, reload the page and try again.")
+                response = web.error(
+                    request, 403, "This form has expired or did not come from Fanline. Go back, reload the page and try again."
+                )
             else:
                 request.state.viewer = await resolve_viewer(request)
                 response = await handler(web, request)
@@ -321,11 +323,13 @@ async def home(web: Web, request: Request) -> Response:
     return await home_page(web, request, me)
 
 
-async def home_page(web: Web, request: Request, me: str, *, error: str | None = None, draft: str = "",
-                    status: int = 200) -> Response:
+async def home_page(
+    web: Web, request: Request, me: str, *, error: str | None = None, draft: str = "", status: int = 200
+) -> Response:
     limit, cursor = paging(request) if request.method == "GET" else (LIMIT_DEFAULT, None)
-    page_, regenerating = await asyncio.gather(gw(request).timeline("home", me, limit, cursor),
-                                               gw(request).regenerating(me, viewer(request).returned_at))
+    page_, regenerating = await asyncio.gather(
+        gw(request).timeline("home", me, limit, cursor), gw(request).regenerating(me, viewer(request).returned_at)
+    )
     items: list[dict[str, Any]] = page_["items"]
     # Right after posting, the author's own home row is still being written by
     # the fan-out worker: show the new tweet at once anyway.
@@ -338,11 +342,23 @@ async def home_page(web: Web, request: Request, me: str, *, error: str | None = 
         newest = items[0]["created_at"] if items else ""
         if tweet and canonical(tweet["username"]) == canonical(me) and tweet["created_at"] > newest:
             items = [tweet, *items]
-    return web.render(request, "timeline.html", {
-        "title": "Home", "kind": "home", "tweets": items, "cursor": cursor,
-        "more": more_url("/", limit, page_["next_cursor"]), "newest": "/" if cursor else None,
-        "error": error, "draft": draft, "idempotency_key": uuid.uuid4().hex, "regenerating": regenerating,
-    }, status)
+    return web.render(
+        request,
+        "timeline.html",
+        {
+            "title": "Home",
+            "kind": "home",
+            "tweets": items,
+            "cursor": cursor,
+            "more": more_url("/", limit, page_["next_cursor"]),
+            "newest": "/" if cursor else None,
+            "error": error,
+            "draft": draft,
+            "idempotency_key": uuid.uuid4().hex,
+            "regenerating": regenerating,
+        },
+        status,
+    )
 
 
 async def public(web: Web, request: Request, *, welcome: bool = False) -> Response:
@@ -350,11 +366,19 @@ async def public(web: Web, request: Request, *, welcome: bool = False) -> Respon
     page_ = await gw(request).timeline("public", None, limit, cursor)
     # "More" always continues on /public: the cursor belongs to the public line,
     # whoever is signed in when the link is followed.
-    return web.render(request, "timeline.html", {
-        "title": "Public timeline", "kind": "public", "welcome": welcome, "tweets": page_["items"],
-        "cursor": cursor, "more": more_url("/public", limit, page_["next_cursor"]),
-        "newest": "/public" if cursor else None,
-    })
+    return web.render(
+        request,
+        "timeline.html",
+        {
+            "title": "Public timeline",
+            "kind": "public",
+            "welcome": welcome,
+            "tweets": page_["items"],
+            "cursor": cursor,
+            "more": more_url("/public", limit, page_["next_cursor"]),
+            "newest": "/public" if cursor else None,
+        },
+    )
 
 
 async def public_page(web: Web, request: Request) -> Response:
@@ -387,13 +411,30 @@ async def delete_tweet(web: Web, request: Request) -> Response:
 # --- sign in, sign up, sign out --------------------------------------------------------
 
 
-def login_form(web: Web, request: Request, *, status: int = 200, signin_error: str | None = None,
-               signup_error: str | None = None, signin_username: str = "", signup_username: str = "") -> Response:
+def login_form(
+    web: Web,
+    request: Request,
+    *,
+    status: int = 200,
+    signin_error: str | None = None,
+    signup_error: str | None = None,
+    signin_username: str = "",
+    signup_username: str = "",
+) -> Response:
     nxt = safe_next(form(request).get("next") or request.query_params.get("next"), "")
-    return web.render(request, "login.html", {
-        "title": "Sign in or sign up", "next": nxt, "signin_error": signin_error, "signup_error": signup_error,
-        "signin_username": signin_username, "signup_username": signup_username,
-    }, status)
+    return web.render(
+        request,
+        "login.html",
+        {
+            "title": "Sign in or sign up",
+            "next": nxt,
+            "signin_error": signin_error,
+            "signup_error": signup_error,
+            "signin_username": signin_username,
+            "signup_username": signup_username,
+        },
+        status,
+    )
 
 
 def signed_in(web: Web, request: Request, session: dict[str, Any]) -> Response:
@@ -419,8 +460,7 @@ async def sign_in(web: Web, request: Request) -> Response:
     fields = form(request)
     username = fields.get("username", "").strip()
     try:
-        session = await gw(request).login({"username": username, "password": fields.get("password", "")},
-                                          client_address(request))
+        session = await gw(request).login({"username": username, "password": fields.get("password", "")}, client_address(request))
     except Unauthorized as exc:
         return login_form(web, request, status=401, signin_error=exc.message, signin_username=username)
     return signed_in(web, request, session)
@@ -480,14 +520,22 @@ async def find(web: Web, request: Request) -> Response:
         else:
             found = await gw(request).users(query)
             exact = found[0] if found else None
-            matches = [u for u in await gw(request).search(query, FIND_LIMIT)
-                       if canonical(u["username"]) != canonical(query)]
+            matches = [u for u in await gw(request).search(query, FIND_LIMIT) if canonical(u["username"]) != canonical(query)]
             if exact is not None:
                 following = await follow_state(request, exact["username"])
-    return web.render(request, "find.html", {
-        "title": "Find friends", "query": query, "exact": exact, "matches": matches, "error": error,
-        "following": following,
-    }, 422 if error else 200)
+    return web.render(
+        request,
+        "find.html",
+        {
+            "title": "Find friends",
+            "query": query,
+            "exact": exact,
+            "matches": matches,
+            "error": error,
+            "following": following,
+        },
+        422 if error else 200,
+    )
 
 
 async def user_page(web: Web, request: Request) -> Response:
@@ -496,11 +544,20 @@ async def user_page(web: Web, request: Request) -> Response:
     profile = await gw(request).user(name)  # 404 first
     page_ = await gw(request).timeline("user", name, limit, cursor)
     path = user_path(profile["username"])
-    return web.render(request, "user.html", {
-        "title": profile["username"], "profile": profile, "tab": "tweets", "tweets": page_["items"],
-        "following": await follow_state(request, name), "cursor": cursor,
-        "more": more_url(request.url.path, limit, page_["next_cursor"]), "newest": path if cursor else None,
-    })
+    return web.render(
+        request,
+        "user.html",
+        {
+            "title": profile["username"],
+            "profile": profile,
+            "tab": "tweets",
+            "tweets": page_["items"],
+            "following": await follow_state(request, name),
+            "cursor": cursor,
+            "more": more_url(request.url.path, limit, page_["next_cursor"]),
+            "newest": path if cursor else None,
+        },
+    )
 
 
 def edges_page(direction: str) -> PageHandler:
@@ -510,11 +567,20 @@ def edges_page(direction: str) -> PageHandler:
         profile = await gw(request).user(name)
         page_ = await gw(request).edges(name, direction, limit, cursor)
         path = f"{user_path(profile['username'])}/{direction}"
-        return web.render(request, "user.html", {
-            "title": f"{profile['username']} · {direction}", "profile": profile, "tab": direction,
-            "edges": page_["items"], "following": await follow_state(request, name), "cursor": cursor,
-            "more": more_url(request.url.path, limit, page_["next_cursor"]), "newest": path if cursor else None,
-        })
+        return web.render(
+            request,
+            "user.html",
+            {
+                "title": f"{profile['username']} · {direction}",
+                "profile": profile,
+                "tab": direction,
+                "edges": page_["items"],
+                "following": await follow_state(request, name),
+                "cursor": cursor,
+                "more": more_url(request.url.path, limit, page_["next_cursor"]),
+                "newest": path if cursor else None,
+            },
+        )
 
     return handler
 

@@ -37,8 +37,7 @@ def is_https(request: Request) -> bool:
 
 
 def set_cookie(request: Request, response: Response, name: str, value: str, max_age: int | None = None) -> None:
-    response.set_cookie(name, value, max_age=max_age, path="/", secure=is_https(request),
-                        httponly=True, samesite="lax")
+    response.set_cookie(name, value, max_age=max_age, path="/", secure=is_https(request), httponly=True, samesite="lax")
 
 
 def clear_cookie(request: Request, response: Response, name: str) -> None:

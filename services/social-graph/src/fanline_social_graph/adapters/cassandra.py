@@ -143,39 +143,45 @@ class CassandraUsers(Repository):
         ks = self._ks.name
         self._insert = prepare(
             session,
-            f"INSERT INTO {ks}.users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS",
-            write=True, idempotent=False)
+            f"INSERT INTO {ks}.users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?) IF NOT EXISTS",
+            write=True,
+            idempotent=False,
+        )
         self._insert_prefix = prepare(
             session,
             f"INSERT INTO {ks}.users_by_prefix (prefix, username_lc, username, created_at) VALUES (?, ?, ?, ?)",
-            write=True)
+            write=True,
+        )
         self._get = prepare(session, f"SELECT username, created_at FROM {ks}.users WHERE username_lc = ?")
-        self._credentials = prepare(
-            session, f"SELECT username, created_at, password_hash FROM {ks}.users WHERE username_lc = ?")
+        self._credentials = prepare(session, f"SELECT username, created_at, password_hash FROM {ks}.users WHERE username_lc = ?")
         self._search_range = prepare(
             session,
             f"SELECT username, created_at FROM {ks}.users_by_prefix WHERE prefix = ? "
-            "AND username_lc >= ? AND username_lc < ? LIMIT ?")
+            "AND username_lc >= ? AND username_lc < ? LIMIT ?",
+        )
         self._search_partition = prepare(
-            session, f"SELECT username, created_at FROM {ks}.users_by_prefix WHERE prefix = ? LIMIT ?")
+            session, f"SELECT username, created_at FROM {ks}.users_by_prefix WHERE prefix = ? LIMIT ?"
+        )
 
     async def create(self, username: str, password_hash: str, created_at: datetime) -> User:
         lc = canonical(username)
         created_at = truncate_ms(created_at)
         applied, row = await execute_lwt(
-            self._session, self._insert, (lc, username, password_hash, created_at), name="users_create")
+            self._session, self._insert, (lc, username, password_hash, created_at), name="users_create"
+        )
         if not applied:
             # The name exists. Rewrite its prefix row from the stored user, so a
             # sign-up that crashed between its two writes still becomes
             # searchable (idempotent: same values).
             if row is not None and getattr(row, "username", None):
                 await execute(
-                    self._session, self._insert_prefix,
-                    (prefix_partition(lc), lc, row.username, row.created_at), name="users_prefix")
+                    self._session,
+                    self._insert_prefix,
+                    (prefix_partition(lc), lc, row.username, row.created_at),
+                    name="users_prefix",
+                )
             raise Conflict(f"username '{username}' is taken", code="username_taken")
-        await execute(self._session, self._insert_prefix, (prefix_partition(lc), lc, username, created_at),
-                      name="users_prefix")
+        await execute(self._session, self._insert_prefix, (prefix_partition(lc), lc, username, created_at), name="users_prefix")
         return User(username=username, created_at=created_at)
 
     async def get(self, username: str) -> User | None:
@@ -186,8 +192,9 @@ class CassandraUsers(Repository):
         names = list(dict.fromkeys(canonical(u) for u in usernames))
         if not names:
             return {}
-        results = await execute_concurrent(self._session, self._get, [(n,) for n in names],
-                                           name="users_get_many", concurrency=_LOOKUP_CONCURRENCY)
+        results = await execute_concurrent(
+            self._session, self._get, [(n,) for n in names], name="users_get_many", concurrency=_LOOKUP_CONCURRENCY
+        )
         return {name: _user(rows[0]) for name, rows in zip(names, results, strict=True) if rows}
 
     async def credentials(self, username: str) -> tuple[User, str] | None:
@@ -201,8 +208,9 @@ class CassandraUsers(Repository):
         if limit <= 0 or len(prefix) > 15 or not set(prefix) <= _ALPHABET_SET:
             return []
         if len(prefix) >= 2:
-            rows = await execute(self._session, self._search_range,
-                                 (prefix[:2], prefix, prefix + _TOP, limit), name="users_search")
+            rows = await execute(
+                self._session, self._search_range, (prefix[:2], prefix, prefix + _TOP, limit), name="users_search"
+            )
             return [_user(r) for r in rows]
         # One character (or none): the matching partitions, taken in name order
         # ("a", "a0" … "a_", "aa" … "az"), concatenate to a name-ordered list.
@@ -211,8 +219,12 @@ class CassandraUsers(Repository):
         for first in firsts:
             partitions = [first] + [first + c for c in ALPHABET]
             results = await execute_concurrent(
-                self._session, self._search_partition, [(p, limit - len(found)) for p in partitions],
-                name="users_search", concurrency=len(partitions))
+                self._session,
+                self._search_partition,
+                [(p, limit - len(found)) for p in partitions],
+                name="users_search",
+                concurrency=len(partitions),
+            )
             for rows in results:
                 found.extend(_user(r) for r in rows)
                 if len(found) >= limit:
@@ -228,8 +240,8 @@ class CassandraSessions(Repository):
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
         self._insert = prepare(
-            session, f"INSERT INTO {ks}.sessions (token_hash, username, expires_at) VALUES (?, ?, ?) USING TTL ?",
-            write=True)
+            session, f"INSERT INTO {ks}.sessions (token_hash, username, expires_at) VALUES (?, ?, ?) USING TTL ?", write=True
+        )
         self._get = prepare(session, f"SELECT username, expires_at FROM {ks}.sessions WHERE token_hash = ?")
         self._delete = prepare(session, f"DELETE FROM {ks}.sessions WHERE token_hash = ?", write=True)
 
@@ -237,8 +249,7 @@ class CassandraSessions(Repository):
         ttl = ttl_until(expires_at, utcnow())
         if ttl <= 0:
             return  # already expired: nothing a later get could return
-        await execute(self._session, self._insert, (token_hash, username, truncate_ms(expires_at), ttl),
-                      name="sessions_create")
+        await execute(self._session, self._insert, (token_hash, username, truncate_ms(expires_at), ttl), name="sessions_create")
 
     async def get(self, token_hash: str) -> UserSession | None:
         rows = await execute(self._session, self._get, (token_hash,), name="sessions_get")
@@ -262,38 +273,47 @@ class CassandraFollows(Repository):
         ks = self._ks.name
         self._follow = prepare(
             session,
-            f"INSERT INTO {ks}.following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS",
-            write=True, idempotent=False)
+            f"INSERT INTO {ks}.following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?) IF NOT EXISTS",
+            write=True,
+            idempotent=False,
+        )
         self._unfollow = prepare(
-            session, f"DELETE FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ? IF EXISTS",
-            write=True, idempotent=False)
+            session,
+            f"DELETE FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ? IF EXISTS",
+            write=True,
+            idempotent=False,
+        )
         self._add_follower = prepare(
-            session,
-            f"INSERT INTO {ks}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)",
-            write=True)
+            session, f"INSERT INTO {ks}.followers (followee_lc, follower_lc, follower, since) VALUES (?, ?, ?, ?)", write=True
+        )
         self._remove_follower = prepare(
-            session, f"DELETE FROM {ks}.followers WHERE followee_lc = ? AND follower_lc = ?", write=True)
+            session, f"DELETE FROM {ks}.followers WHERE followee_lc = ? AND follower_lc = ?", write=True
+        )
         self._bump_followers = prepare(
-            session, f"UPDATE {ks}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
-            write=True, idempotent=False)
+            session,
+            f"UPDATE {ks}.follow_counts SET followers = followers + ? WHERE username_lc = ?",
+            write=True,
+            idempotent=False,
+        )
         self._bump_following = prepare(
-            session, f"UPDATE {ks}.follow_counts SET following = following + ? WHERE username_lc = ?",
-            write=True, idempotent=False)
-        self._is_following = prepare(
-            session, f"SELECT since FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ?")
+            session,
+            f"UPDATE {ks}.follow_counts SET following = following + ? WHERE username_lc = ?",
+            write=True,
+            idempotent=False,
+        )
+        self._is_following = prepare(session, f"SELECT since FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ?")
         self._following = prepare(
-            session,
-            f"SELECT followee, since FROM {ks}.following WHERE follower_lc = ? AND followee_lc > ? LIMIT ?")
+            session, f"SELECT followee, since FROM {ks}.following WHERE follower_lc = ? AND followee_lc > ? LIMIT ?"
+        )
         self._followers = prepare(
-            session,
-            f"SELECT follower, since FROM {ks}.followers WHERE followee_lc = ? AND follower_lc > ? LIMIT ?")
-        self._counts = prepare(
-            session, f"SELECT followers, following FROM {ks}.follow_counts WHERE username_lc = ?")
+            session, f"SELECT follower, since FROM {ks}.followers WHERE followee_lc = ? AND follower_lc > ? LIMIT ?"
+        )
+        self._counts = prepare(session, f"SELECT followers, following FROM {ks}.follow_counts WHERE username_lc = ?")
         # SERIAL: sees (and completes) an LWT still in progress, so a repair
         # never acts on an edge about to change under it.
         self._edge_serial = prepare(
-            session, f"SELECT followee, since FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ?")
+            session, f"SELECT followee, since FROM {ks}.following WHERE follower_lc = ? AND followee_lc = ?"
+        )
         self._edge_serial.consistency_level = ConsistencyLevel.LOCAL_SERIAL
 
     async def _write(self, statements: Sequence[tuple[PreparedStatement, Sequence[Any]]], name: str) -> None:
@@ -342,37 +362,38 @@ class CassandraFollows(Repository):
         a, b = canonical(follower), canonical(followee)
         rows = await execute(self._session, self._edge_serial, (a, b), name="follow_reconcile_read")
         if rows:
-            await execute(self._session, self._add_follower, (b, a, follower, rows[0].since),
-                          name="follow_reconcile")
+            await execute(self._session, self._add_follower, (b, a, follower, rows[0].since), name="follow_reconcile")
             return True
         await execute(self._session, self._remove_follower, (b, a), name="follow_reconcile")
         return False
 
     async def is_following(self, follower: str, followee: str) -> bool:
-        rows = await execute(self._session, self._is_following, (canonical(follower), canonical(followee)),
-                             name="is_following")
+        rows = await execute(self._session, self._is_following, (canonical(follower), canonical(followee)), name="is_following")
         return bool(rows)
 
     async def following(self, username: str, limit: int, after: str | None) -> list[Edge]:
         if limit <= 0:
             return []
-        rows = await execute(self._session, self._following,
-                             (canonical(username), canonical(after or ""), limit), name="following")
+        rows = await execute(
+            self._session, self._following, (canonical(username), canonical(after or ""), limit), name="following"
+        )
         return [Edge(username=r.followee, since=to_utc(r.since)) for r in rows]
 
     async def followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
         if limit <= 0:
             return []
-        rows = await execute(self._session, self._followers,
-                             (canonical(username), canonical(after or ""), limit), name="followers")
+        rows = await execute(
+            self._session, self._followers, (canonical(username), canonical(after or ""), limit), name="followers"
+        )
         return [Edge(username=r.follower, since=to_utc(r.since)) for r in rows]
 
     async def counts(self, usernames: Sequence[str]) -> dict[str, tuple[int, int]]:
         names = list(dict.fromkeys(canonical(u) for u in usernames))
         if not names:
             return {}
-        results = await execute_concurrent(self._session, self._counts, [(n,) for n in names],
-                                           name="follow_counts", concurrency=_LOOKUP_CONCURRENCY)
+        results = await execute_concurrent(
+            self._session, self._counts, [(n,) for n in names], name="follow_counts", concurrency=_LOOKUP_CONCURRENCY
+        )
         counts: dict[str, tuple[int, int]] = {}
         for name, rows in zip(names, results, strict=True):
             followers = (rows[0].followers or 0) if rows else 0
@@ -386,47 +407,52 @@ class CassandraActivity(Repository):
         ks = self._ks.name
         self._get = prepare(session, f"SELECT last_seen, returned_at FROM {ks}.user_activity WHERE username_lc = ?")
         self._record = prepare(
-            session, f"INSERT INTO {ks}.user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?)",
-            write=True)
+            session, f"INSERT INTO {ks}.user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?)", write=True
+        )
         self._activate = prepare(
             session,
             f"INSERT INTO {ks}.followers_active (followee_lc, follower_lc, follower) VALUES (?, ?, ?) USING TTL ?",
-            write=True)
+            write=True,
+        )
         self._deactivate = prepare(
-            session, f"DELETE FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc = ?", write=True)
+            session, f"DELETE FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc = ?", write=True
+        )
         self._active = prepare(
-            session,
-            f"SELECT follower FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc > ? LIMIT ?")
+            session, f"SELECT follower FROM {ks}.followers_active WHERE followee_lc = ? AND follower_lc > ? LIMIT ?"
+        )
 
     async def get(self, username: str) -> Activity:
         rows = await execute(self._session, self._get, (canonical(username),), name="activity_get")
         if not rows:
             return Activity(None, None)
         row = rows[0]
-        return Activity(to_utc(row.last_seen) if row.last_seen else None,
-                        to_utc(row.returned_at) if row.returned_at else None)
+        return Activity(to_utc(row.last_seen) if row.last_seen else None, to_utc(row.returned_at) if row.returned_at else None)
 
     async def record(self, username: str, last_seen: datetime, returned_at: datetime | None) -> None:
-        await execute(self._session, self._record,
-                      (canonical(username), truncate_ms(last_seen), truncate_ms(returned_at) if returned_at else None),
-                      name="activity_record")
+        await execute(
+            self._session,
+            self._record,
+            (canonical(username), truncate_ms(last_seen), truncate_ms(returned_at) if returned_at else None),
+            name="activity_record",
+        )
 
     async def activate(self, follower: str, followees: Sequence[str], ttl_s: int) -> None:
         a = canonical(follower)
         params = [(canonical(f), a, follower, ttl_s) for f in dict.fromkeys(followees)]
         if params:
-            await execute_concurrent(self._session, self._activate, params, name="followers_activate",
-                                     concurrency=_LOOKUP_CONCURRENCY)
+            await execute_concurrent(
+                self._session, self._activate, params, name="followers_activate", concurrency=_LOOKUP_CONCURRENCY
+            )
 
     async def deactivate(self, follower: str, followee: str) -> None:
-        await execute(self._session, self._deactivate, (canonical(followee), canonical(follower)),
-                      name="followers_deactivate")
+        await execute(self._session, self._deactivate, (canonical(followee), canonical(follower)), name="followers_deactivate")
 
     async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
         if limit <= 0:
             return []
-        rows = await execute(self._session, self._active, (canonical(username), canonical(after or ""), limit),
-                             name="followers_active")
+        rows = await execute(
+            self._session, self._active, (canonical(username), canonical(after or ""), limit), name="followers_active"
+        )
         return [Edge(username=r.follower, since=_EPOCH) for r in rows]
 
 

@@ -128,8 +128,7 @@ class SqliteUsers:
 
         def insert(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "INSERT INTO users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
+                "INSERT INTO users (username_lc, username, password_hash, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (lc, username, password_hash, ms),
             )
             return cur.rowcount == 1
@@ -165,9 +164,7 @@ class SqliteUsers:
         lc = canonical(username)
 
         def read(conn: sqlite3.Connection) -> tuple[User, str] | None:
-            row = conn.execute(
-                "SELECT username, created_at, password_hash FROM users WHERE username_lc = ?", (lc,)
-            ).fetchone()
+            row = conn.execute("SELECT username, created_at, password_hash FROM users WHERE username_lc = ?", (lc,)).fetchone()
             return (_user((row[0], row[1])), row[2]) if row else None
 
         return await self.db.run(read, name="users_credentials", write=False)
@@ -179,8 +176,7 @@ class SqliteUsers:
 
         def read(conn: sqlite3.Connection) -> list[User]:
             rows = conn.execute(
-                "SELECT username, created_at FROM users WHERE username_lc >= ? AND username_lc < ? "
-                "ORDER BY username_lc LIMIT ?",
+                "SELECT username, created_at FROM users WHERE username_lc >= ? AND username_lc < ? ORDER BY username_lc LIMIT ?",
                 (prefix, prefix + _TOP, limit),
             ).fetchall()
             return [_user(r) for r in rows]
@@ -209,8 +205,7 @@ class SqliteSessions:
             )
             if purge:
                 conn.execute(
-                    "DELETE FROM sessions WHERE rowid IN "
-                    "(SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)",
+                    "DELETE FROM sessions WHERE rowid IN (SELECT rowid FROM sessions WHERE expires_at <= ? LIMIT ?)",
                     (now, _PURGE_BATCH),
                 )
 
@@ -229,8 +224,9 @@ class SqliteSessions:
         return await self.db.run(read, name="sessions_get", write=False)
 
     async def revoke(self, token_hash: str) -> None:
-        await self.db.run(lambda conn: conn.execute("DELETE FROM sessions WHERE token_hash = ?", (token_hash,)),
-                          name="sessions_revoke")
+        await self.db.run(
+            lambda conn: conn.execute("DELETE FROM sessions WHERE token_hash = ?", (token_hash,)), name="sessions_revoke"
+        )
 
 
 _BUMP = (
@@ -248,8 +244,7 @@ class SqliteFollows:
 
         def write(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
-                "INSERT INTO following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
+                "INSERT INTO following (follower_lc, followee_lc, followee, since) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (a, b, followee, ms),
             )
             created = cur.rowcount == 1
@@ -291,25 +286,27 @@ class SqliteFollows:
         a, b = canonical(follower), canonical(followee)
 
         def read(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(
-                "SELECT 1 FROM following WHERE follower_lc = ? AND followee_lc = ?", (a, b)
-            ).fetchone()
+            row = conn.execute("SELECT 1 FROM following WHERE follower_lc = ? AND followee_lc = ?", (a, b)).fetchone()
             return row is not None
 
         return await self.db.run(read, name="is_following", write=False)
 
     async def following(self, username: str, limit: int, after: str | None) -> list[Edge]:
         return await self._edges(
-            "SELECT followee, since FROM following WHERE follower_lc = ? AND followee_lc > ? "
-            "ORDER BY followee_lc LIMIT ?",
-            username, limit, after, "following",
+            "SELECT followee, since FROM following WHERE follower_lc = ? AND followee_lc > ? ORDER BY followee_lc LIMIT ?",
+            username,
+            limit,
+            after,
+            "following",
         )
 
     async def followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
         return await self._edges(
-            "SELECT follower, since FROM followers WHERE followee_lc = ? AND follower_lc > ? "
-            "ORDER BY follower_lc LIMIT ?",
-            username, limit, after, "followers",
+            "SELECT follower, since FROM followers WHERE followee_lc = ? AND follower_lc > ? ORDER BY follower_lc LIMIT ?",
+            username,
+            limit,
+            after,
+            "followers",
         )
 
     async def _edges(self, sql: str, username: str, limit: int, after: str | None, name: str) -> list[Edge]:
@@ -352,8 +349,7 @@ class SqliteActivity:
         name = canonical(username)
 
         def read(conn: sqlite3.Connection) -> Activity:
-            row = conn.execute("SELECT last_seen, returned_at FROM user_activity WHERE username_lc = ?",
-                               (name,)).fetchone()
+            row = conn.execute("SELECT last_seen, returned_at FROM user_activity WHERE username_lc = ?", (name,)).fetchone()
             if row is None:
                 return Activity(None, None)
             return Activity(from_ms(row[0]), from_ms(row[1]) if row[1] is not None else None)
@@ -362,26 +358,35 @@ class SqliteActivity:
 
     async def record(self, username: str, last_seen: datetime, returned_at: datetime | None) -> None:
         params = (canonical(username), to_ms(last_seen), to_ms(returned_at) if returned_at else None)
-        await self.db.run(lambda conn: conn.execute(
-            "INSERT INTO user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (username_lc) DO UPDATE SET last_seen = excluded.last_seen, returned_at = excluded.returned_at",
-            params), name="activity_record")
+        await self.db.run(
+            lambda conn: conn.execute(
+                "INSERT INTO user_activity (username_lc, last_seen, returned_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (username_lc) DO UPDATE SET last_seen = excluded.last_seen, returned_at = excluded.returned_at",
+                params,
+            ),
+            name="activity_record",
+        )
 
     async def activate(self, follower: str, followees: Sequence[str], ttl_s: int) -> None:
         expires, a = now_ms() + ttl_s * 1000, canonical(follower)
         rows = [(canonical(f), a, follower, expires) for f in dict.fromkeys(followees)]
         if not rows:
             return
-        await self.db.run(lambda conn: conn.executemany(
-            "INSERT INTO followers_active (followee_lc, follower_lc, follower, expires_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (followee_lc, follower_lc) DO UPDATE SET expires_at = excluded.expires_at",
-            rows), name="followers_activate")
+        await self.db.run(
+            lambda conn: conn.executemany(
+                "INSERT INTO followers_active (followee_lc, follower_lc, follower, expires_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (followee_lc, follower_lc) DO UPDATE SET expires_at = excluded.expires_at",
+                rows,
+            ),
+            name="followers_activate",
+        )
 
     async def deactivate(self, follower: str, followee: str) -> None:
         params = (canonical(followee), canonical(follower))
-        await self.db.run(lambda conn: conn.execute(
-            "DELETE FROM followers_active WHERE followee_lc = ? AND follower_lc = ?", params),
-            name="followers_deactivate")
+        await self.db.run(
+            lambda conn: conn.execute("DELETE FROM followers_active WHERE followee_lc = ? AND follower_lc = ?", params),
+            name="followers_deactivate",
+        )
 
     async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
         if limit <= 0:
@@ -391,7 +396,9 @@ class SqliteActivity:
         def read(conn: sqlite3.Connection) -> list[Edge]:
             rows = conn.execute(
                 "SELECT follower FROM followers_active WHERE followee_lc = ? AND follower_lc > ? AND expires_at > ? "
-                "ORDER BY follower_lc LIMIT ?", params)
+                "ORDER BY follower_lc LIMIT ?",
+                params,
+            )
             return [Edge(username=r[0], since=from_ms(0)) for r in rows]
 
         return await self.db.run(read, name="followers_active", write=False)

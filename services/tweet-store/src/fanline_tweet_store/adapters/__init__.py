@@ -42,12 +42,16 @@ class TweetStoreStorage:
         await self.engine.ping()
 
 
-def build_storage(settings: StorageSettings, *, home_retention_s: int,
-                  home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                  home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-                  home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                  home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
-                  home_write_limit: AdaptiveLimit | None = None) -> TweetStoreStorage:
+def build_storage(
+    settings: StorageSettings,
+    *,
+    home_retention_s: int,
+    home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
+    home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+    home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+    home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
+    home_write_limit: AdaptiveLimit | None = None,
+) -> TweetStoreStorage:
     """The storage for ``settings.backend``; home-timeline rows live
     ``home_retention_s`` seconds after their tweet's creation. In Cassandra,
     fan-out writes run ``home_write_window`` at a time per page (a number, or
@@ -61,10 +65,15 @@ def build_storage(settings: StorageSettings, *, home_retention_s: int,
     if settings.backend == "cassandra":
         from .cassandra import build_cassandra_storage
 
-        return build_cassandra_storage(settings, home_retention_s=home_retention_s,
-                                       home_write_window=home_write_window, home_write_calls=home_write_calls,
-                                       home_write_batch_rows=home_write_batch_rows,
-                                       home_write_pace=home_write_pace, home_write_limit=home_write_limit)
+        return build_cassandra_storage(
+            settings,
+            home_retention_s=home_retention_s,
+            home_write_window=home_write_window,
+            home_write_calls=home_write_calls,
+            home_write_batch_rows=home_write_batch_rows,
+            home_write_pace=home_write_pace,
+            home_write_limit=home_write_limit,
+        )
     if settings.backend == "embedded":
         from .sqlite import build_sqlite_storage
 

@@ -177,50 +177,46 @@ class CassandraTweets(Repository):
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
         p = prepare
-        self._insert = p(session, f"INSERT INTO {ks}.tweets (tweet_id, username, body) VALUES (?, ?, ?) "
-                                  "IF NOT EXISTS", write=True, idempotent=False)
-        self._insert_plain = p(session, f"INSERT INTO {ks}.tweets (tweet_id, username, body) VALUES (?, ?, ?)",
-                               write=True)
-        self._delete = p(session, f"DELETE FROM {ks}.tweets WHERE tweet_id = ? IF EXISTS",
-                         write=True, idempotent=False)
+        self._insert = p(
+            session,
+            f"INSERT INTO {ks}.tweets (tweet_id, username, body) VALUES (?, ?, ?) IF NOT EXISTS",
+            write=True,
+            idempotent=False,
+        )
+        self._insert_plain = p(session, f"INSERT INTO {ks}.tweets (tweet_id, username, body) VALUES (?, ?, ?)", write=True)
+        self._delete = p(session, f"DELETE FROM {ks}.tweets WHERE tweet_id = ? IF EXISTS", write=True, idempotent=False)
         # The same row's deletion at the client's clock, no earlier than the
         # write it removes (see ``delete``).
-        self._delete_plain = p(session, f"DELETE FROM {ks}.tweets USING TIMESTAMP ? WHERE tweet_id = ?",
-                               write=True)
+        self._delete_plain = p(session, f"DELETE FROM {ks}.tweets USING TIMESTAMP ? WHERE tweet_id = ?", write=True)
         self._writetime = p(session, f"SELECT WRITETIME(body) AS written FROM {ks}.tweets WHERE tweet_id = ?")
-        self._remember_deleted = p(session, f"INSERT INTO {ks}.deleted_tweets (tweet_id) VALUES (?) USING TTL ?",
-                                   write=True)
+        self._remember_deleted = p(session, f"INSERT INTO {ks}.deleted_tweets (tweet_id) VALUES (?) USING TTL ?", write=True)
         self._was_deleted = p(session, f"SELECT tweet_id FROM {ks}.deleted_tweets WHERE tweet_id = ?")
         self._get = p(session, f"SELECT tweet_id, username, body FROM {ks}.tweets WHERE tweet_id = ?")
-        self._userline_add = p(session, f"INSERT INTO {ks}.userline (username_lc, tweet_id) VALUES (?, ?)",
-                               write=True)
-        self._userline_del = p(session, f"DELETE FROM {ks}.userline WHERE username_lc = ? AND tweet_id = ?",
-                               write=True)
-        self._public_add = p(session, f"INSERT INTO {ks}.public_timeline (minute, tweet_id) VALUES (?, ?)",
-                             write=True)
-        self._public_del = p(session, f"DELETE FROM {ks}.public_timeline WHERE minute = ? AND tweet_id = ?",
-                             write=True)
+        self._userline_add = p(session, f"INSERT INTO {ks}.userline (username_lc, tweet_id) VALUES (?, ?)", write=True)
+        self._userline_del = p(session, f"DELETE FROM {ks}.userline WHERE username_lc = ? AND tweet_id = ?", write=True)
+        self._public_add = p(session, f"INSERT INTO {ks}.public_timeline (minute, tweet_id) VALUES (?, ?)", write=True)
+        self._public_del = p(session, f"DELETE FROM {ks}.public_timeline WHERE minute = ? AND tweet_id = ?", write=True)
         self._minute_add = p(session, f"INSERT INTO {ks}.public_minutes (day, minute) VALUES (?, ?)", write=True)
         self._day_add = p(session, f"INSERT INTO {ks}.public_days (shard, day) VALUES (0, ?)", write=True)
-        self._count = p(session, f"UPDATE {ks}.tweet_counts SET tweets = tweets + ? WHERE username_lc = ?",
-                        write=True, idempotent=False)
+        self._count = p(
+            session, f"UPDATE {ks}.tweet_counts SET tweets = tweets + ? WHERE username_lc = ?", write=True, idempotent=False
+        )
         self._counts = p(session, f"SELECT tweets FROM {ks}.tweet_counts WHERE username_lc = ?")
         self._userline = p(session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? LIMIT ?")
-        self._userline_before = p(
-            session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id < ? LIMIT ?")
+        self._userline_before = p(session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id < ? LIMIT ?")
         self._public_minute = p(session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? LIMIT ?")
         self._public_minute_before = p(
-            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id < ? LIMIT ?")
+            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id < ? LIMIT ?"
+        )
         self._minutes_of_day = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? LIMIT ?")
-        self._minutes_before = p(
-            session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute < ? LIMIT ?")
-        self._days_before = p(
-            session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day < ? LIMIT ?")
+        self._minutes_before = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute < ? LIMIT ?")
+        self._days_before = p(session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day < ? LIMIT ?")
         self._reserve = p(
             session,
-            f"INSERT INTO {ks}.idempotency (username_lc, key, tweet_id, body) VALUES (?, ?, ?, ?) "
-            "IF NOT EXISTS USING TTL ?",
-            write=True, idempotent=False)
+            f"INSERT INTO {ks}.idempotency (username_lc, key, tweet_id, body) VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
+            write=True,
+            idempotent=False,
+        )
 
     # --- writes -----------------------------------------------------------------
 
@@ -260,8 +256,9 @@ class CassandraTweets(Repository):
         self._remember_index(day, minute)
         return True
 
-    def _line_rows(self, tweet: Tweet, event: OutboxEvent
-                   ) -> tuple[list[tuple[PreparedStatement, Sequence[Any]]], tuple[int, int]]:
+    def _line_rows(
+        self, tweet: Tweet, event: OutboxEvent
+    ) -> tuple[list[tuple[PreparedStatement, Sequence[Any]]], tuple[int, int]]:
         """The writes that place a tweet on its userline and the public line,
         with its outbox row; and the tweet's ``(day, minute)`` bucket."""
         day, minute = public_bucket(tweet.id)
@@ -302,8 +299,14 @@ class CassandraTweets(Repository):
             execute(self._session, self._writetime, (tweet.id,), name="tweet_writetime"),
         ]
         if remember_s > 0:
-            first.append(execute(self._session, self._remember_deleted,
-                                 (tweet.id, max(1, min(remember_s + 1, MAX_TTL))), name="tweet_remember_deleted"))
+            first.append(
+                execute(
+                    self._session,
+                    self._remember_deleted,
+                    (tweet.id, max(1, min(remember_s + 1, MAX_TTL))),
+                    name="tweet_remember_deleted",
+                )
+            )
         _, written, *_ = await asyncio.gather(*first)
         applied, _row = await execute_lwt(self._session, self._delete, (tweet.id,), name="tweet_delete")
         statements: list[tuple[PreparedStatement, Sequence[Any]]] = [
@@ -323,11 +326,13 @@ class CassandraTweets(Repository):
 
     async def reserve_idempotency_key(self, username: str, key: str, candidate: Tweet, ttl_s: int) -> Tweet:
         applied, row = await execute_lwt(
-            self._session, self._reserve,
+            self._session,
+            self._reserve,
             # +1: a TTL counts from the whole second of the write, and the key
             # must stay bound for at least ``ttl_s``.
             (canonical(username), key, candidate.id, candidate.body, max(1, min(ttl_s + 1, MAX_TTL))),
-            name="idempotency_reserve")
+            name="idempotency_reserve",
+        )
         if applied or row is None:
             return candidate
         return Tweet(id=row.tweet_id, username=candidate.username, body=row.body)
@@ -345,8 +350,9 @@ class CassandraTweets(Repository):
         ids = list(dict.fromkeys(tweet_ids))
         if not ids:
             return {}
-        results = await execute_concurrent(self._session, self._get, [(i,) for i in ids],
-                                           name="tweet_get_many", concurrency=_LOOKUP_CONCURRENCY)
+        results = await execute_concurrent(
+            self._session, self._get, [(i,) for i in ids], name="tweet_get_many", concurrency=_LOOKUP_CONCURRENCY
+        )
         return {i: _tweet(rows[0]) for i, rows in zip(ids, results, strict=True) if rows}
 
     async def userline(self, username: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
@@ -355,8 +361,7 @@ class CassandraTweets(Repository):
         if before is None:
             rows = await execute(self._session, self._userline, (canonical(username), limit), name="userline")
         else:
-            rows = await execute(self._session, self._userline_before, (canonical(username), before, limit),
-                                 name="userline")
+            rows = await execute(self._session, self._userline_before, (canonical(username), before, limit), name="userline")
         return [r.tweet_id for r in rows]
 
     async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
@@ -367,12 +372,12 @@ class CassandraTweets(Repository):
         ids: list[uuid.UUID] = []
         if before is not None:
             day, minute = public_bucket(before)
-            rows = await execute(self._session, self._public_minute_before, (minute, before, limit),
-                                 name="public_minute")
+            rows = await execute(self._session, self._public_minute_before, (minute, before, limit), name="public_minute")
             ids.extend(r.tweet_id for r in rows)
             if len(ids) < limit:
-                minutes = await execute(self._session, self._minutes_before, (day, minute, MINUTES_PER_DAY),
-                                        name="public_minutes")
+                minutes = await execute(
+                    self._session, self._minutes_before, (day, minute, MINUTES_PER_DAY), name="public_minutes"
+                )
                 ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
             day_cursor = day
         else:
@@ -382,8 +387,7 @@ class CassandraTweets(Repository):
         while len(ids) < limit:
             days = await execute(self._session, self._days_before, (day_cursor, _DAYS_PAGE), name="public_days")
             for row in days:
-                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY),
-                                        name="public_minutes")
+                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY), name="public_minutes")
                 ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
                 if len(ids) >= limit:
                     break
@@ -398,10 +402,14 @@ class CassandraTweets(Repository):
         found: list[uuid.UUID] = []
         start, window = 0, 1
         while start < len(minutes) and len(found) < need:
-            chunk = minutes[start:start + window]
+            chunk = minutes[start : start + window]
             results = await execute_concurrent(
-                self._session, self._public_minute, [(m, need - len(found)) for m in chunk],
-                name="public_minute", concurrency=len(chunk))
+                self._session,
+                self._public_minute,
+                [(m, need - len(found)) for m in chunk],
+                name="public_minute",
+                concurrency=len(chunk),
+            )
             for rows in results:
                 found.extend(r.tweet_id for r in rows)
             start += window
@@ -412,8 +420,9 @@ class CassandraTweets(Repository):
         names = list(dict.fromkeys(canonical(u) for u in usernames))
         if not names:
             return {}
-        results = await execute_concurrent(self._session, self._counts, [(n,) for n in names],
-                                           name="tweet_counts", concurrency=_LOOKUP_CONCURRENCY)
+        results = await execute_concurrent(
+            self._session, self._counts, [(n,) for n in names], name="tweet_counts", concurrency=_LOOKUP_CONCURRENCY
+        )
         return {n: max(0, (rows[0].tweets or 0) if rows else 0) for n, rows in zip(names, results, strict=True)}
 
 
@@ -421,19 +430,29 @@ def _tweet(row: Any) -> Tweet:
     return Tweet(id=row.tweet_id, username=row.username, body=row.body)
 
 
-def build_cassandra_storage(settings: StorageSettings, *, home_retention_s: int,
-                            home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                            home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-                            home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                            home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
-                            home_write_limit: AdaptiveLimit | None = None,
-                            ) -> TweetStoreStorage:
+def build_cassandra_storage(
+    settings: StorageSettings,
+    *,
+    home_retention_s: int,
+    home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
+    home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+    home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+    home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
+    home_write_limit: AdaptiveLimit | None = None,
+) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
-        home=CassandraHomeTimeline(keyspace, home_retention_s, home_write_window, home_write_calls,
-                                   home_write_batch_rows, home_write_pace, home_write_limit),
+        home=CassandraHomeTimeline(
+            keyspace,
+            home_retention_s,
+            home_write_window,
+            home_write_calls,
+            home_write_batch_rows,
+            home_write_pace,
+            home_write_limit,
+        ),
         outbox=outbox,
         engine=keyspace,
         large=CassandraLargeAccounts(keyspace),

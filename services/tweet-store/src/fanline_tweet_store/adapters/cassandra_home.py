@@ -50,16 +50,20 @@ _PACED_BATCHES = 16  # fan-out requests between two calls of the pacing hook
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class CassandraHomeTimeline(Repository):
-    def __init__(self, keyspace: Keyspace, retention_s: int,
-                 concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-                 calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-                 batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-                 pace: Callable[[int, float], Awaitable[None]] | None = None,
-                 limit: AdaptiveLimit | None = None) -> None:
+    def __init__(
+        self,
+        keyspace: Keyspace,
+        retention_s: int,
+        concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
+        calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
+        batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
+        pace: Callable[[int, float], Awaitable[None]] | None = None,
+        limit: AdaptiveLimit | None = None,
+    ) -> None:
         super().__init__(keyspace)
         # With an adaptive limit (the service's default), every fan-out
         # request of this process runs under it, ``concurrency`` per page and
@@ -78,33 +82,34 @@ class CassandraHomeTimeline(Repository):
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
         self._insert = prepare(
-            session, f"INSERT INTO {ks}.home_timeline (owner_lc, tweet_id, author_lc) VALUES (?, ?, ?) USING TTL ?",
-            write=True)
-        self._delete = prepare(
-            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
+            session, f"INSERT INTO {ks}.home_timeline (owner_lc, tweet_id, author_lc) VALUES (?, ?, ?) USING TTL ?", write=True
+        )
+        self._delete = prepare(session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
         self._slice = prepare(session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
-        self._present = prepare(
-            session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
+        self._present = prepare(session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
         self._slice_before = prepare(
-            session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?")
+            session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?"
+        )
         self._horizon = prepare(session, f"SELECT horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
         # Trimming: one range tombstone below the oldest kept row, and the
         # horizon written with the *boundary tweet's* time as its write
         # timestamp, so the highest horizon wins whatever order trims land in.
-        self._trim = prepare(
-            session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ?", write=True)
+        self._trim = prepare(session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ?", write=True)
         self._set_horizon = prepare(
-            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET horizon = ? WHERE owner_lc = ?", write=True)
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET horizon = ? WHERE owner_lc = ?", write=True
+        )
         # Regeneration: the finish time as its own write timestamp (only
         # rises), and a claim per owner as an LWT with a TTL.
-        self._regenerated = prepare(
-            session, f"SELECT regenerated_at FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        self._regenerated = prepare(session, f"SELECT regenerated_at FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
         self._mark_regenerated = prepare(
-            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET regenerated_at = ? WHERE owner_lc = ?",
-            write=True)
+            session, f"UPDATE {ks}.home_timeline USING TIMESTAMP ? SET regenerated_at = ? WHERE owner_lc = ?", write=True
+        )
         self._claim = prepare(
-            session, f"INSERT INTO {ks}.home_regeneration (owner_lc, claimed_at) VALUES (?, ?) IF NOT EXISTS "
-                     "USING TTL ?", write=True, idempotent=False)
+            session,
+            f"INSERT INTO {ks}.home_regeneration (owner_lc, claimed_at) VALUES (?, ?) IF NOT EXISTS USING TTL ?",
+            write=True,
+            idempotent=False,
+        )
         self._release = prepare(session, f"DELETE FROM {ks}.home_regeneration WHERE owner_lc = ?", write=True)
 
     def _ttl(self, tweet_id: uuid.UUID, now: datetime) -> int:
@@ -134,8 +139,11 @@ class CassandraHomeTimeline(Repository):
             # Refused (if it is) before the rows are bound and grouped: at
             # least this many requests, whatever the grouping.
             self._limit.admit(-(-len(rows) // self._batch_rows))
-            requests: list[Any] = (replica_batches(self._session, statement, rows, rows=self._batch_rows)
-                                   if self._batch_rows > 1 else [statement.bind(r) for r in rows])
+            requests: list[Any] = (
+                replica_batches(self._session, statement, rows, rows=self._batch_rows)
+                if self._batch_rows > 1
+                else [statement.bind(r) for r in rows]
+            )
             session = self._session
             await self._limit.write_all(requests, lambda r: execute(session, r, name=name), window)
             return
@@ -148,11 +156,10 @@ class CassandraHomeTimeline(Repository):
                     await execute_each(self._session, batches, name=name, concurrency=self._concurrency)
                     return
                 for start in range(0, len(batches), _PACED_BATCHES):
-                    part = batches[start:start + _PACED_BATCHES]
+                    part = batches[start : start + _PACED_BATCHES]
                     began = time.perf_counter()
                     await execute_each(self._session, part, name=name, concurrency=self._concurrency)
-                    await self._pace(sum(len(b) for b in part),
-                                     time.perf_counter() - began)
+                    await self._pace(sum(len(b) for b in part), time.perf_counter() - began)
 
     async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
         now, owner_lc = utcnow(), canonical(owner)
@@ -162,8 +169,9 @@ class CassandraHomeTimeline(Repository):
             if ttl > 0:
                 rows.append((self._insert, (owner_lc, tweet_id, canonical(author), ttl)))
         # One partition: unlogged single-partition batches are one mutation each.
-        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_add_many")
-                               for chunk in _chunks(rows, _BATCH_ROWS)))
+        await asyncio.gather(
+            *(execute(self._session, batch(chunk), name="home_add_many") for chunk in _chunks(rows, _BATCH_ROWS))
+        )
 
     async def remove(self, owners: Sequence[str], tweet_id: uuid.UUID) -> None:
         names = list(dict.fromkeys(canonical(o) for o in owners))
@@ -173,17 +181,19 @@ class CassandraHomeTimeline(Repository):
 
     async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
         owner_lc = canonical(owner)
-        rows: list[tuple[PreparedStatement, Sequence[Any]]] = [
-            (self._delete, (owner_lc, i)) for i in dict.fromkeys(tweet_ids)
-        ]
-        await asyncio.gather(*(execute(self._session, batch(chunk), name="home_remove_many")
-                               for chunk in _chunks(rows, _BATCH_ROWS)))
+        rows: list[tuple[PreparedStatement, Sequence[Any]]] = [(self._delete, (owner_lc, i)) for i in dict.fromkeys(tweet_ids)]
+        await asyncio.gather(
+            *(execute(self._session, batch(chunk), name="home_remove_many") for chunk in _chunks(rows, _BATCH_ROWS))
+        )
 
     async def present(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
         ids = list(dict.fromkeys(tweet_ids))
-        results = await asyncio.gather(*(
-            execute(self._session, self._present, (canonical(owner), list(chunk)), name="home_present")
-            for chunk in _chunks(ids, _BATCH_ROWS)))
+        results = await asyncio.gather(
+            *(
+                execute(self._session, self._present, (canonical(owner), list(chunk)), name="home_present")
+                for chunk in _chunks(ids, _BATCH_ROWS)
+            )
+        )
         found = {r.tweet_id for rows in results for r in rows}
         return [i for i in ids if i in found]
 
@@ -215,14 +225,20 @@ class CassandraHomeTimeline(Repository):
             return None
         boundary = ids[keep - 1]
         write_ts = _micros(timeuuid_time(boundary))
-        await execute(self._session, batch([(self._trim, (owner_lc, boundary)),
-                                            (self._set_horizon, (write_ts, boundary, owner_lc))]),
-                      name="home_trim")
+        await execute(
+            self._session,
+            batch([(self._trim, (owner_lc, boundary)), (self._set_horizon, (write_ts, boundary, owner_lc))]),
+            name="home_trim",
+        )
         return boundary
 
     async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
-        await execute(self._session, self._set_horizon,
-                      (_micros(timeuuid_time(tweet_id)), tweet_id, canonical(owner)), name="home_horizon_raise")
+        await execute(
+            self._session,
+            self._set_horizon,
+            (_micros(timeuuid_time(tweet_id)), tweet_id, canonical(owner)),
+            name="home_horizon_raise",
+        )
 
     async def regenerated_at(self, owner: str) -> datetime | None:
         rows = await execute(self._session, self._regenerated, (canonical(owner),), name="home_regenerated_at")
@@ -230,12 +246,12 @@ class CassandraHomeTimeline(Repository):
 
     async def mark_regenerated(self, owner: str, at: datetime) -> None:
         at = truncate_ms(at)
-        await execute(self._session, self._mark_regenerated, (_micros(at), at, canonical(owner)),
-                      name="home_mark_regenerated")
+        await execute(self._session, self._mark_regenerated, (_micros(at), at, canonical(owner)), name="home_mark_regenerated")
 
     async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
-        applied, _row = await execute_lwt(self._session, self._claim, (canonical(owner), utcnow(), max(1, ttl_s)),
-                                          name="home_regeneration_claim")
+        applied, _row = await execute_lwt(
+            self._session, self._claim, (canonical(owner), utcnow(), max(1, ttl_s)), name="home_regeneration_claim"
+        )
         return applied
 
     async def release_regeneration(self, owner: str) -> None:
@@ -252,12 +268,12 @@ class CassandraLargeAccounts(Repository):
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
         self._register = prepare(
-            session, f"INSERT INTO {ks}.large_accounts (shard, author_lc) VALUES (0, ?) USING TTL ?", write=True)
+            session, f"INSERT INTO {ks}.large_accounts (shard, author_lc) VALUES (0, ?) USING TTL ?", write=True
+        )
         self._members = prepare(session, f"SELECT author_lc FROM {ks}.large_accounts WHERE shard = 0")
 
     async def register(self, author: str, ttl_s: int) -> None:
-        await execute(self._session, self._register, (canonical(author), max(1, min(ttl_s, MAX_TTL))),
-                      name="large_register")
+        await execute(self._session, self._register, (canonical(author), max(1, min(ttl_s, MAX_TTL))), name="large_register")
 
     async def members(self) -> set[str]:
         rows = await execute(self._session, self._members, name="large_members")

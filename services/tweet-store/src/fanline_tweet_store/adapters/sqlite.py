@@ -187,8 +187,9 @@ class SqliteTweets:
 
     async def was_deleted(self, tweet_id: uuid.UUID) -> bool:
         def read(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT 1 FROM deleted_tweets WHERE tweet_id = ? AND expires_at > ?",
-                               (str(tweet_id), now_ms())).fetchone()
+            row = conn.execute(
+                "SELECT 1 FROM deleted_tweets WHERE tweet_id = ? AND expires_at > ?", (str(tweet_id), now_ms())
+            ).fetchone()
             return row is not None
 
         return await self.db.run(read, name="tweet_was_deleted", write=False)
@@ -265,8 +266,7 @@ class SqliteTweets:
         params = (_bound(before), limit)
 
         def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
-            rows = conn.execute("SELECT tweet_id FROM tweets WHERE sort_key < ? ORDER BY sort_key DESC LIMIT ?",
-                                params)
+            rows = conn.execute("SELECT tweet_id FROM tweets WHERE sort_key < ? ORDER BY sort_key DESC LIMIT ?", params)
             return [uuid.UUID(r[0]) for r in rows]
 
         return await self.db.run(read, name="public", write=False)
@@ -278,8 +278,7 @@ class SqliteTweets:
 
         def read(conn: sqlite3.Connection) -> dict[str, int]:
             marks = ",".join("?" * len(names))
-            found = dict(conn.execute(
-                f"SELECT username_lc, tweets FROM tweet_counts WHERE username_lc IN ({marks})", names))
+            found = dict(conn.execute(f"SELECT username_lc, tweets FROM tweet_counts WHERE username_lc IN ({marks})", names))
             return {n: max(0, found.get(n, 0)) for n in names}
 
         return await self.db.run(read, name="tweet_counts", write=False)
@@ -344,11 +343,14 @@ class SqliteHomeTimeline:
         def read(conn: sqlite3.Connection) -> set[str]:
             found: set[str] = set()
             for start in range(0, len(ids), 500):  # by (owner_lc, sort_key): the unique index
-                chunk = [timeuuid_sort_key(i) for i in ids[start:start + 500]]
+                chunk = [timeuuid_sort_key(i) for i in ids[start : start + 500]]
                 marks = ",".join("?" * len(chunk))
-                found.update(r[0] for r in conn.execute(
-                    f"SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key IN ({marks})",
-                    (owner_lc, *chunk)))
+                found.update(
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key IN ({marks})", (owner_lc, *chunk)
+                    )
+                )
             return found
 
         found = await self.db.run(read, name="home_present", write=False) if ids else set()
@@ -388,8 +390,7 @@ class SqliteHomeTimeline:
 
         def write(conn: sqlite3.Connection) -> uuid.UUID | None:
             rows = conn.execute(
-                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? "
-                "ORDER BY sort_key DESC LIMIT 2 OFFSET ?",
+                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 2 OFFSET ?",
                 (owner_lc, keep - 1),
             ).fetchall()
             if len(rows) < 2:  # ``keep`` rows or fewer
@@ -416,26 +417,34 @@ class SqliteHomeTimeline:
 
     async def mark_regenerated(self, owner: str, at: datetime) -> None:
         params = (canonical(owner), to_ms(at))
-        await self.db.run(lambda conn: conn.execute(
-            "INSERT INTO home_meta (owner_lc, regenerated_at) VALUES (?, ?) ON CONFLICT (owner_lc) DO UPDATE "
-            "SET regenerated_at = max(coalesce(regenerated_at, 0), excluded.regenerated_at)", params),
-            name="home_mark_regenerated")
+        await self.db.run(
+            lambda conn: conn.execute(
+                "INSERT INTO home_meta (owner_lc, regenerated_at) VALUES (?, ?) ON CONFLICT (owner_lc) DO UPDATE "
+                "SET regenerated_at = max(coalesce(regenerated_at, 0), excluded.regenerated_at)",
+                params,
+            ),
+            name="home_mark_regenerated",
+        )
 
     async def claim_regeneration(self, owner: str, ttl_s: int) -> bool:
         owner_lc, now = canonical(owner), now_ms()
 
         def claim(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM home_regeneration WHERE owner_lc = ? AND expires_at <= ?", (owner_lc, now))
-            cur = conn.execute("INSERT INTO home_regeneration (owner_lc, expires_at) VALUES (?, ?) "
-                               "ON CONFLICT (owner_lc) DO NOTHING", (owner_lc, now + ttl_s * 1000))
+            cur = conn.execute(
+                "INSERT INTO home_regeneration (owner_lc, expires_at) VALUES (?, ?) ON CONFLICT (owner_lc) DO NOTHING",
+                (owner_lc, now + ttl_s * 1000),
+            )
             return cur.rowcount == 1
 
         return await self.db.run(claim, name="home_regeneration_claim")
 
     async def release_regeneration(self, owner: str) -> None:
         owner_lc = canonical(owner)
-        await self.db.run(lambda conn: conn.execute("DELETE FROM home_regeneration WHERE owner_lc = ?", (owner_lc,)),
-                          name="home_regeneration_release")
+        await self.db.run(
+            lambda conn: conn.execute("DELETE FROM home_regeneration WHERE owner_lc = ?", (owner_lc,)),
+            name="home_regeneration_release",
+        )
 
     async def purge(self) -> None:
         """Delete expired rows (bounded; runs at start and every few hundred writes)."""
@@ -470,8 +479,10 @@ class SqliteLargeAccounts:
             lambda conn: conn.execute(
                 "INSERT INTO large_accounts (author_lc, expires_at) VALUES (?, ?) "
                 "ON CONFLICT (author_lc) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
-                params),
-            name="large_register")
+                params,
+            ),
+            name="large_register",
+        )
 
     async def members(self) -> set[str]:
         now = now_ms()
