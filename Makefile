@@ -81,8 +81,9 @@ bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run (writes b
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
 	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
 
-lint: $(STAMP)  ## ruff + mypy
+lint: $(STAMP)  ## ruff (rules and formatting) + mypy
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy shared/src services/*/src tools/*/src deploy/local
 
 fmt: $(STAMP)  ## format and fix imports

@@ -132,7 +132,8 @@ def test_soak_at_steady_mixed_load(soak_system: System) -> None:
             len(load.acked) + load.churned,
             lost,
             duplicated,
-            f"{len(load.acked)} tweets + {load.churned} follows/unfollows acknowledged; RSS growth after {WARM_UP_S:.0f} s warm-up: "
+            f"{len(load.acked)} tweets + {load.churned} follows/unfollows acknowledged; "
+            f"RSS growth after {WARM_UP_S:.0f} s warm-up: "
             + ", ".join(f"{n} {growth[n] * 100:+.1f} % ({final[n] // 1024} MiB)" for n in sorted(growth))
             + f"; max lag sampled {max(lags, default=0)}, 0 at the end; p50/p99 post {post_p50 * 1000:.0f}/"
             f"{post_p99 * 1000:.0f} ms, home {home_p50 * 1000:.0f}/{home_p99 * 1000:.0f} ms",
