@@ -9,7 +9,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli
+# `-e .`: the repository's tooling, deploy.local and bench (pyproject.toml).
+PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli -e .
 # Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
 KUBECONFORM_VERSION := v0.7.0
 KUSTOMIZE_VERSION   := v5.7.1
@@ -18,14 +19,14 @@ VEGETA_VERSION      := v12.12.0
 # NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
 # (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
 NODES  ?= 1
-INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) deploy/local/infra
+INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) -m deploy.local.infra
 
 .PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
+$(STAMP): constraints.txt requirements-dev.txt pyproject.toml shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt $(PACKAGES) -r requirements-dev.txt
 	touch $(STAMP)
@@ -33,7 +34,7 @@ $(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/
 venv: $(STAMP)  ## create .venv with every package (done by the other targets on first use)
 
 run: $(STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000
-	$(BIN)/python deploy/local/system.py
+	$(BIN)/python -m deploy.local.system
 
 infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; Maven download on first use)
 	$(INFRA) up
@@ -45,7 +46,7 @@ infra-status:  ## are they running?
 	$(INFRA) status
 
 run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster)
-	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python deploy/local/system.py --real
+	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python -m deploy.local.system --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \
