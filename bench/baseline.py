@@ -42,12 +42,12 @@ from starlette.routing import Route
 
 from fanline_shared import cassandra as cql
 from fanline_shared import policies
+from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.config import HttpSettings, StorageSettings
 from fanline_shared.domain import canonical, new_timeuuid, timeuuid_time
 from fanline_shared.errors import DomainError
-from fanline_shared.peers import SocialGraphClient
-from fanline_shared.server import serve
-from fanline_shared.web import json_response
+from fanline_shared.http_routes import json_response
+from fanline_shared.http_server import serve
 
 RETENTION_S = 30 * 24 * 3600  # tweet-store's default FANLINE_HOME_RETENTION_S
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.errors import OVERLOADED_HEADER, Overloaded
-from fanline_shared.peers import TIMEOUT_HEADER, TweetStoreClient, caller_budget_s
+from fanline_shared.http_client import TIMEOUT_HEADER, caller_budget_s
 from fanline_shared.policies import FANOUT_PAGE
 from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
 

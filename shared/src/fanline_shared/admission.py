@@ -40,9 +40,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
 from .errors import OVERLOADED_HEADER, Overloaded
-from .peers import BACKGROUND, BULK, PRIORITY_HEADER
+from .http_client import BACKGROUND, BULK, PRIORITY_HEADER
+from .http_routes import error_body, json_response
 from .policies import AdmissionPolicy
-from .web import error_body, json_response
 
 log = logging.getLogger(__name__)
 _PRIORITY = PRIORITY_HEADER.encode()

@@ -24,7 +24,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
-from .web import error_body, json_response
+from .http_routes import error_body, json_response
 
 HEADER = "x-fanline-internal-token"
 _HEADER_BYTES = HEADER.encode()

@@ -18,14 +18,15 @@ from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
+from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 from fanline_shared.kafka import EventPublisher, ensure_topics
 from fanline_shared.logs import RequestIdMiddleware
 from fanline_shared.outbox import OutboxRelay
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
-from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
 from . import __version__, streaming, webui
 from .config import Settings

@@ -42,10 +42,11 @@ from typing import Any
 import orjson
 
 from fanline_shared import metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import canonical
 from fanline_shared.errors import DomainError, NotFound, RateLimited
 from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
 from .config import LiveSettings
 

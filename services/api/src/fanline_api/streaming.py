@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute
 from fanline_shared import metrics
 from fanline_shared.domain import parse_tweet_id
 from fanline_shared.errors import InvalidInput, Unauthorized, Unavailable
-from fanline_shared.web import route
+from fanline_shared.http_routes import route
 
 from .gateway import Gateway
 from .live import CLOSE, HEARTBEAT, Hub, Stream, tweet_item

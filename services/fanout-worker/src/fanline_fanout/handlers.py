@@ -29,11 +29,12 @@ from datetime import datetime
 from typing import Any
 
 from fanline_shared import events, metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import OutboxEvent, canonical, utcnow
 from fanline_shared.errors import NotFound, Overloaded
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.logs import get_logger
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_PAGE_SHED, retry
 
 # One line per step of an event (bound to its request id by app.py), never per row.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fanline_shared.server import migrate_storage, storage_service_main
+from fanline_shared.http_server import migrate_storage, storage_service_main
 
 from .adapters import build_storage
 from .app import SERVICE, create_app

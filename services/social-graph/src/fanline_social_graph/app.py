@@ -19,11 +19,11 @@ from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
+from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import event_to_json
-from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+from fanline_shared.outbox.wire import event_to_json
 
 from . import __version__
 from .adapters import SocialGraphStorage, build_storage

@@ -19,14 +19,16 @@ from starlette.responses import Response
 
 from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
+from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound, Overloaded
+from fanline_shared.http_client import BULK, PRIORITY_HEADER, caller_budget_s
+from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, caller_budget_s, event_to_json
+from fanline_shared.outbox.wire import event_to_json
 from fanline_shared.policies import FANOUT_PAGE
-from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage

@@ -44,7 +44,8 @@ from cachetools import LRUCache
 
 from fanline_shared import metrics
 from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time, utcnow
-from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
+
+from .ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
 
 T = TypeVar("T")
 V = TypeVar("V")

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fanline_shared.peers import BACKGROUND, BULK, PRIORITY_HEADER
+from fanline_shared.http_client import BACKGROUND, BULK, PRIORITY_HEADER
 from fanline_shared.policies import FanoutYield
 
 Handler = Callable[[Request], Awaitable[Response]]

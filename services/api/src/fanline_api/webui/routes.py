@@ -53,7 +53,7 @@ from fanline_shared.errors import (
     Unauthorized,
     status_of,
 )
-from fanline_shared.web import MAX_BODY_BYTES
+from fanline_shared.http_routes import MAX_BODY_BYTES
 
 from ..config import Settings
 from ..gateway import Gateway

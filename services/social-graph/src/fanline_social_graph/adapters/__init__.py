@@ -1,7 +1,7 @@
 """Storage adapters of social-graph: Cassandra and embedded SQLite.
 
 ``build_storage`` picks one by ``settings.backend``; both implement the same
-ports (``fanline_shared.ports``) and pass the same contract tests
+ports (``ports.py``) and pass the same contract tests
 (``tests/contract/``). The Cassandra module is imported only when used, so the
 embedded default never loads the driver.
 """
@@ -11,14 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fanline_shared.config import StorageSettings
-from fanline_shared.ports import (
-    ActivityRepository,
-    FollowRepository,
-    Lifecycle,
-    Outbox,
-    SessionRepository,
-    UserRepository,
-)
+from fanline_shared.outbox.ports import Outbox
+from fanline_shared.storage_service.storage import Lifecycle
+
+from ..ports import ActivityRepository, FollowRepository, SessionRepository, UserRepository
 
 OWNER = "social_graph"
 

@@ -56,8 +56,8 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, User, canonical, utcnow
 from fanline_shared.domain import Session as UserSession
 from fanline_shared.errors import Conflict
-from fanline_shared.ports import Activity
 
+from ..ports import Activity
 from . import OWNER, SocialGraphStorage
 
 # Canonical usernames use these characters (domain.USERNAME_RE, lower-cased),

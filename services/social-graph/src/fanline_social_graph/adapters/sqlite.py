@@ -17,7 +17,6 @@ from datetime import datetime
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
-from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
     OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
@@ -31,6 +30,7 @@ from fanline_shared.sqlite import (
     to_ms,
 )
 
+from ..ports import Activity
 from . import OWNER, SocialGraphStorage
 
 _TOP = "\U0010ffff"  # sorts after every character a username can contain

@@ -1,7 +1,7 @@
 """Storage adapters of tweet-store: Cassandra and embedded SQLite.
 
 ``build_storage`` picks one by ``settings.backend``; both implement the same
-ports (``fanline_shared.ports``) and pass the same contract tests
+ports (``ports.py``) and pass the same contract tests
 (``tests/contract/``). The Cassandra module is imported only when used.
 """
 
@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 
 from fanline_shared import policies
 from fanline_shared.config import StorageSettings
-from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, Lifecycle, Outbox, TweetRepository
+from fanline_shared.outbox.ports import Outbox
+from fanline_shared.storage_service.storage import Lifecycle
 
 from ..limiter import AdaptiveLimit
+from ..ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
 
 OWNER = "tweet_store"
 

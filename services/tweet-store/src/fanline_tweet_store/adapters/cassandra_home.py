@@ -41,9 +41,9 @@ from fanline_shared.cassandra import (
     truncate_ms,
 )
 from fanline_shared.domain import canonical, timeuuid_time, utcnow
-from fanline_shared.ports import HomeWindow
 
 from ..limiter import AdaptiveLimit
+from ..ports import HomeWindow
 
 _BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
 _PACED_BATCHES = 16  # fan-out requests between two calls of the pacing hook

@@ -20,7 +20,6 @@ from datetime import datetime
 
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
-from fanline_shared.ports import HomeWindow
 from fanline_shared.sqlite import (
     OUTBOX_LEASE_MIGRATION,
     OUTBOX_MIGRATION,
@@ -34,6 +33,7 @@ from fanline_shared.sqlite import (
     to_ms,
 )
 
+from ..ports import HomeWindow
 from . import OWNER, TweetStoreStorage
 
 _PURGE_EVERY = 512  # home-timeline writes between purges of expired rows
