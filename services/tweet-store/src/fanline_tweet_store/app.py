@@ -18,17 +18,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
-from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound, Overloaded
 from fanline_shared.http_client import BULK, PRIORITY_HEADER, caller_budget_s
-from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
-from fanline_shared.internal_auth import InternalAuthMiddleware
-from fanline_shared.logs import RequestIdMiddleware, get_logger
-from fanline_shared.outbox import outbox_routes
+from fanline_shared.http_routes import json_response, read_json_object, route
+from fanline_shared.logs import get_logger
 from fanline_shared.outbox.wire import event_to_json
 from fanline_shared.policies import FANOUT_PAGE
+from fanline_shared.storage_service.app import storage_app
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
@@ -41,7 +39,7 @@ from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
 
-SERVICE = "tweet-store"
+SERVICE = Settings.SERVICE
 log = get_logger(__name__)
 MAX_OWNERS_PER_CALL = 10_000
 
@@ -120,9 +118,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         return request.app.state.store  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        s = storage or open_storage(settings, activity)
-        await s.start()
+    async def running(app: Starlette, s: TweetStoreStorage) -> AsyncIterator[None]:
         social = SocialGraphClient(
             SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s, token=settings.peers.internal_token
         )
@@ -138,7 +134,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             max_rows=settings.home_max_rows,
             on_done=lambda owner: cap.schedule([owner]),
         )
-        app.state.storage = s
         app.state.cap = cap
         app.state.store = TweetStore(
             s,
@@ -149,7 +144,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             cap=cap,
             regenerator=regenerator,
         )
-        metrics.set_build_info(SERVICE, __version__)
         cap.start()
         try:
             yield
@@ -157,7 +151,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             await regenerator.close()
             await cap.stop()
             await social.close()
-            await s.close()
 
     async def create_tweet(request: Request) -> Response:
         body = await read_json_object(request)
@@ -276,9 +269,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         removed = await store(request).home_purge(request.path_params["username"], author)
         return json_response({"removed": removed})
 
-    async def ping_storage() -> None:
-        await app.state.storage.ping()
-
     routes = [
         route(SERVICE, "/internal/tweets", fg(create_tweet), ["POST"]),
         route(SERVICE, "/internal/tweets/{tweet_id}", fg(get_tweet), ["GET"]),
@@ -293,12 +283,9 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/home/{username}/regeneration", fg(regeneration), ["POST"]),
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
-        *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
-        *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
+    app = storage_app(
+        settings, __version__, routes, open_storage=lambda: storage or open_storage(settings, activity), running=running
+    )
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

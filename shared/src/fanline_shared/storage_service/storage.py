@@ -65,15 +65,15 @@ S = TypeVar("S")
 
 class Backends(Generic[S]):
     """The adapter module of each backend, relative to ``package``; each
-    defines ``build(settings, *args)`` returning the service's storage."""
+    defines ``build(settings, ...)`` returning the service's storage."""
 
     def __init__(self, package: str, *, embedded: str, cassandra: str) -> None:
         self._package = package
         self._modules = {"embedded": embedded, "cassandra": cassandra}
 
-    def build(self, settings: StorageSettings, *args: Any) -> S:
+    def build(self, settings: StorageSettings, *args: Any, **kwargs: Any) -> S:
         """The storage for ``settings.backend`` (not yet started)."""
         module = self._modules.get(settings.backend)
         if module is None:
             raise ValueError(f"unknown storage backend {settings.backend!r}")
-        return importlib.import_module(module, self._package).build(settings, *args)  # type: ignore[no-any-return]
+        return importlib.import_module(module, self._package).build(settings, *args, **kwargs)  # type: ignore[no-any-return]

@@ -37,10 +37,6 @@ from cassandra.cluster import Session
 from cassandra.query import ConsistencyLevel, PreparedStatement
 
 from fanline_shared.cassandra import (
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-    OUTBOX_MIGRATIONS,
-    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -56,6 +52,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, User, canonical, utcnow
 from fanline_shared.domain import Session as UserSession
 from fanline_shared.errors import Conflict
+from fanline_shared.storage_service.schema import Migration
 
 from ..ports import Activity
 from . import OWNER, SocialGraphStorage
@@ -122,15 +119,8 @@ CREATE TABLE IF NOT EXISTS {keyspace}.followers_active (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (
-    # Positional (version = index + 1): append only, never reorder.
-    SCHEMA,
-    *OUTBOX_MIGRATIONS,
-    ACTIVITY_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-)
+# Composed with the outbox's by ``Keyspace`` (``storage_service.schema``).
+MIGRATIONS = (Migration(1, SCHEMA), Migration(3, ACTIVITY_MIGRATION))
 
 
 def prefix_partition(username_lc: str) -> str:
@@ -459,7 +449,7 @@ class CassandraActivity(Repository):
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
-def build_cassandra_storage(settings: StorageSettings) -> SocialGraphStorage:
+def build(settings: StorageSettings) -> SocialGraphStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return SocialGraphStorage(

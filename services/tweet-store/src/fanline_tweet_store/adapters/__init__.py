@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fanline_shared import policies
 from fanline_shared.config import StorageSettings
 from fanline_shared.outbox.ports import Outbox
-from fanline_shared.storage_service.storage import Lifecycle
+from fanline_shared.storage_service.storage import Backends, Lifecycle, StorageLifecycle
 
 from ..limiter import AdaptiveLimit
 from ..ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
@@ -22,7 +22,7 @@ OWNER = "tweet_store"
 
 
 @dataclass
-class TweetStoreStorage:
+class TweetStoreStorage(StorageLifecycle):
     """Everything tweet-store stores, behind its ports."""
 
     tweets: TweetRepository
@@ -31,17 +31,8 @@ class TweetStoreStorage:
     engine: Lifecycle = field(repr=False)
     large: LargeAccountRegistry = field(repr=False)
 
-    async def start(self) -> None:
-        """Connect and create or migrate the schema (idempotent)."""
-        await self.engine.start()
 
-    async def close(self) -> None:
-        """Release connections; safe to call twice."""
-        await self.engine.close()
-
-    async def ping(self) -> None:
-        """Raise ``Unavailable`` unless the engine answers now."""
-        await self.engine.ping()
+BACKENDS = Backends[TweetStoreStorage](__name__, embedded=".sqlite", cassandra=".cassandra")
 
 
 def build_storage(
@@ -64,23 +55,17 @@ def build_storage(
     instead, ``home_write_window`` per page, no page waiting for another."""
     if home_retention_s <= 0:
         raise ValueError("home_retention_s must be positive")
-    if settings.backend == "cassandra":
-        from .cassandra import build_cassandra_storage
-
-        return build_cassandra_storage(
-            settings,
-            home_retention_s=home_retention_s,
-            home_write_window=home_write_window,
-            home_write_calls=home_write_calls,
-            home_write_batch_rows=home_write_batch_rows,
-            home_write_pace=home_write_pace,
-            home_write_limit=home_write_limit,
-        )
     if settings.backend == "embedded":
-        from .sqlite import build_sqlite_storage
-
-        return build_sqlite_storage(settings, home_retention_s=home_retention_s)
-    raise ValueError(f"unknown storage backend {settings.backend!r}")
+        return BACKENDS.build(settings, home_retention_s=home_retention_s)
+    return BACKENDS.build(
+        settings,
+        home_retention_s=home_retention_s,
+        home_write_window=home_write_window,
+        home_write_calls=home_write_calls,
+        home_write_batch_rows=home_write_batch_rows,
+        home_write_pace=home_write_pace,
+        home_write_limit=home_write_limit,
+    )
 
 
 __all__ = ["OWNER", "TweetStoreStorage", "build_storage"]

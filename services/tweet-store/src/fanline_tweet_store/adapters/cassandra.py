@@ -52,10 +52,6 @@ from cassandra.query import PreparedStatement
 from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-    OUTBOX_MIGRATIONS,
-    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -68,6 +64,7 @@ from fanline_shared.cassandra import (
 )
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time
+from fanline_shared.storage_service.schema import Migration
 
 from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
@@ -149,16 +146,8 @@ CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (
-    # Positional (version = index + 1): append only, never reorder.
-    SCHEMA,
-    *OUTBOX_MIGRATIONS,
-    DELETED_MIGRATION,
-    HYBRID_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-)
+# Composed with the outbox's by ``Keyspace`` (``storage_service.schema``).
+MIGRATIONS = (Migration(1, SCHEMA), Migration(3, DELETED_MIGRATION), Migration(3, HYBRID_MIGRATION))
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
@@ -430,7 +419,7 @@ def _tweet(row: Any) -> Tweet:
     return Tweet(id=row.tweet_id, username=row.username, body=row.body)
 
 
-def build_cassandra_storage(
+def build(
     settings: StorageSettings,
     *,
     home_retention_s: int,

@@ -21,10 +21,6 @@ from datetime import datetime
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_sort_key, timeuuid_time
 from fanline_shared.sqlite import (
-    OUTBOX_LEASE_MIGRATION,
-    OUTBOX_MIGRATION,
-    OUTBOX_PUBLISHED_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -32,6 +28,8 @@ from fanline_shared.sqlite import (
     now_ms,
     to_ms,
 )
+from fanline_shared.storage_service.schema import Migration
+from fanline_shared.storage_service.sqlite_engine import SqliteEngine
 
 from ..ports import HomeWindow
 from . import OWNER, TweetStoreStorage
@@ -100,41 +98,14 @@ CREATE TABLE IF NOT EXISTS large_accounts (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (
-    # Positional (version = index + 1): append only, never reorder.
-    SCHEMA,
-    OUTBOX_MIGRATION,
-    OUTBOX_PUBLISHED_MIGRATION,
-    DELETED_MIGRATION,
-    HYBRID_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-)
+# Composed with the outbox's by the engine (``storage_service.schema``).
+MIGRATIONS = (Migration(1, SCHEMA), Migration(3, DELETED_MIGRATION), Migration(3, HYBRID_MIGRATION))
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
     "ON CONFLICT (username_lc) DO UPDATE SET tweets = tweets + excluded.tweets"
 )
 _MAX_KEY = "g"  # sorts after every (hex) sort key
-
-
-class SqliteEngine:
-    """The ``Lifecycle`` of the tweet-store database."""
-
-    def __init__(self, db: SqliteDatabase, home: SqliteHomeTimeline) -> None:
-        self.db = db
-        self.home = home
-
-    async def start(self) -> None:
-        await self.db.open()
-        await self.db.migrate(MIGRATIONS)
-        await self.home.purge()
-
-    async def close(self) -> None:
-        await self.db.close()
-
-    async def ping(self) -> None:
-        await self.db.ping()
 
 
 def _bound(before: uuid.UUID | None) -> str:
@@ -493,13 +464,13 @@ class SqliteLargeAccounts:
         return await self.db.run(read, name="large_members", write=False)
 
 
-def build_sqlite_storage(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+def build(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
     db = SqliteDatabase.for_owner(settings, OWNER)
     home = SqliteHomeTimeline(db, home_retention_s)
     return TweetStoreStorage(
         tweets=SqliteTweets(db),
         home=home,
         outbox=SqliteOutbox(db),
-        engine=SqliteEngine(db, home),
+        engine=SqliteEngine(db, MIGRATIONS, after_migrate=home.purge),
         large=SqliteLargeAccounts(db),
     )
