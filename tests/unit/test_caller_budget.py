@@ -197,7 +197,7 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     home = object.__new__(cassandra_home.CassandraHomeTimeline)
     lim = _limit(0.4, limit=10)
     lim.pending = 150
-    home._limit, home._concurrency, home._batch_rows = lim, 4, 10
+    home._limit, home._window, home._batch_rows = lim, 4, 10
     with page_budget(8.0), pytest.raises(PageRefused):
         await home._write_each(None, [("u", i) for i in range(1000)], "home_add")  # type: ignore[arg-type]
     assert grouped == [] and lim.pending == 150

@@ -34,7 +34,7 @@ from .cache import CachedTweets
 from .cap import HomeCap
 from .config import Settings
 from .hybrid import HybridHome
-from .limiter import AdaptiveLimit, PageRefused, bulk_writes, page_budget
+from .limiter import PageRefused, bulk_writes, page_budget
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
@@ -97,21 +97,14 @@ def open_storage(settings: Settings, activity: ForegroundActivity | None = None)
     behind the hydration cache unless that is turned off. Fan-out writes run
     under an adaptive limit, stricter while ``activity`` says user-facing
     requests are served."""
-    limit = AdaptiveLimit(settings.fanout_limit, activity.busy if activity is not None else lambda: False)
-    storage = build_storage(
-        settings.storage,
-        home_retention_s=settings.home_retention_s,
-        home_write_window=settings.home_writes.page_window,
-        home_write_batch_rows=settings.home_write_batch_rows,
-        home_write_limit=limit,
-    )
+    storage = build_storage(settings.storage, settings.home, activity.busy if activity is not None else lambda: False)
     if settings.tweet_cache.enabled:
         storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
     return storage
 
 
 def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> Starlette:
-    activity = ForegroundActivity(settings.home_writes)
+    activity = ForegroundActivity(settings.fanout_yield)
     fg = activity.foreground  # user-facing routes: the fan-out yields to them
 
     def store(request: Request) -> TweetStore:
@@ -124,20 +117,20 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         )
         cap = HomeCap(s.home, settings.home_max_rows)
         hybrid = HybridHome(
-            s.home, s.tweets, s.large, social.following_all, retention_s=settings.home_retention_s, policy=settings.hybrid
+            s.home, s.tweets, s.large, social.following_all, retention_s=settings.home.retention_s, policy=settings.hybrid
         )
         regenerator = Regenerator(
             s.home,
             s.tweets,
             hybrid.following,
-            retention_s=settings.home_retention_s,
+            retention_s=settings.home.retention_s,
             max_rows=settings.home_max_rows,
             on_done=lambda owner: cap.schedule([owner]),
         )
         app.state.cap = cap
         app.state.store = TweetStore(
             s,
-            retention_s=settings.home_retention_s,
+            retention_s=settings.home.retention_s,
             idempotency_ttl_s=settings.idempotency_ttl_s,
             merge_count=settings.follow_merge_count,
             hybrid=hybrid,

@@ -10,6 +10,7 @@ from fanline_shared.env_settings import env_field, env_int
 from fanline_shared.storage_service.settings import StorageServiceSettings
 
 from .cache import DEFAULT_SIZE, DEFAULT_TTL_S, TweetCachePolicy
+from .home_writes import HomeWrites
 from .hybrid import HybridPolicy
 from .limiter import LimitPolicy
 
@@ -22,31 +23,32 @@ class Settings(StorageServiceSettings):
     PORT = 8002
     ADMISSION = policies.TWEET_STORE_ADMISSION
 
-    # Home-timeline rows expire this long after the tweet was created.
-    home_retention_s: int = env_int("FANLINE_HOME_RETENTION_S", 30 * 24 * 3600, minimum=60)
     idempotency_ttl_s: int = env_int("FANLINE_IDEMPOTENCY_TTL_S", 24 * 3600, minimum=1)
     # How many of an author's recent tweets a new follower receives.
     follow_merge_count: int = env_int("FANLINE_FOLLOW_MERGE_COUNT", 200, minimum=50)
-    # Fan-out writes (Cassandra only): requests in flight per page under the
-    # process's adaptive limit (limiter.py), which is stricter while a
-    # user-facing request was served within FANLINE_FANOUT_YIELD_S.
-    home_writes: policies.FanoutYield = env_field(
-        lambda env: policies.FanoutYield(
+    # Home-timeline rows: they expire FANLINE_HOME_RETENTION_S after their
+    # tweet; fan-out writes (Cassandra only) are replica-grouped unlogged
+    # batches of FANLINE_HOME_WRITE_BATCH_ROWS rows (1 = single-row inserts;
+    # above 10 the node warns on every batch), FANLINE_HOME_WRITE_WINDOW in
+    # flight per page, all under the process's adaptive limit (limiter.py).
+    home: HomeWrites = env_field(
+        lambda env: HomeWrites(
+            retention_s=env.integer("FANLINE_HOME_RETENTION_S", 30 * 24 * 3600, minimum=60),
             page_window=env.integer("FANLINE_HOME_WRITE_WINDOW", policies.DEFAULT_HOME_WRITE_WINDOW, minimum=1),
-            quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),
+            batch_rows=env.integer("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS, minimum=1),
+            limit=LimitPolicy(
+                maximum=env.integer("FANLINE_FANOUT_LIMIT_MAX", LimitPolicy.maximum, minimum=1),
+                busy_tolerance=env.number("FANLINE_FANOUT_BUSY_TOLERANCE", LimitPolicy.busy_tolerance, positive=True),
+                idle_tolerance=env.number("FANLINE_FANOUT_IDLE_TOLERANCE", LimitPolicy.idle_tolerance, positive=True),
+                probe=env.boolean("FANLINE_FANOUT_LIMIT_PROBE", LimitPolicy.probe),
+            ),
         )
     )
-    fanout_limit: LimitPolicy = env_field(
-        lambda env: LimitPolicy(
-            maximum=env.integer("FANLINE_FANOUT_LIMIT_MAX", LimitPolicy.maximum, minimum=1),
-            busy_tolerance=env.number("FANLINE_FANOUT_BUSY_TOLERANCE", LimitPolicy.busy_tolerance, positive=True),
-            idle_tolerance=env.number("FANLINE_FANOUT_IDLE_TOLERANCE", LimitPolicy.idle_tolerance, positive=True),
-            probe=env.boolean("FANLINE_FANOUT_LIMIT_PROBE", LimitPolicy.probe),
-        )
+    # The adaptive limit is stricter while a user-facing request was served
+    # within FANLINE_FANOUT_YIELD_S (priority.py).
+    fanout_yield: policies.FanoutYield = env_field(
+        lambda env: policies.FanoutYield(quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S))
     )
-    # Fan-out rows per request (replica-grouped unlogged batches); 1 =
-    # single-row inserts. Above 10 the node warns on every batch.
-    home_write_batch_rows: int = env_int("FANLINE_HOME_WRITE_BATCH_ROWS", policies.DEFAULT_HOME_WRITE_BATCH_ROWS, minimum=1)
     # Tweets kept in memory for timeline pages (cache.py); size 0 = off.
     tweet_cache: TweetCachePolicy = env_field(
         lambda env: TweetCachePolicy(

@@ -18,8 +18,8 @@ unbounded partition:
   time + retention whenever it was written (and is not written at all once
   that is past). Fan-out writes are small unlogged batches of rows whose
   partitions share their first replica (``replica_batches``, at most
-  ``policies.DEFAULT_HOME_WRITE_BATCH_ROWS`` rows, under the node's warning
-  threshold), a bounded number in flight (``execute_each``);
+  ``HomeWrites.batch_rows`` rows, 10 by default: under the node's warning
+  threshold), under tweet-store's adaptive limit (``cassandra_home.py``);
 * ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING
   TTL``: the first reservation wins, every later one reads the bound tweet.
 * ``deleted_tweets`` — ids of deleted tweets, ``USING TTL`` the idempotency
@@ -49,7 +49,6 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
     CassandraOutbox,
@@ -66,6 +65,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time
 from fanline_shared.storage_service.schema import Migration
 
+from ..home_writes import HomeWrites
 from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
 from .cassandra_home import CassandraHomeTimeline, CassandraLargeAccounts
@@ -419,29 +419,12 @@ def _tweet(row: Any) -> Tweet:
     return Tweet(id=row.tweet_id, username=row.username, body=row.body)
 
 
-def build(
-    settings: StorageSettings,
-    *,
-    home_retention_s: int,
-    home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-    home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-    home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-    home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
-    home_write_limit: AdaptiveLimit | None = None,
-) -> TweetStoreStorage:
+def build(settings: StorageSettings, writes: HomeWrites, busy: Callable[[], bool]) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
-        home=CassandraHomeTimeline(
-            keyspace,
-            home_retention_s,
-            home_write_window,
-            home_write_calls,
-            home_write_batch_rows,
-            home_write_pace,
-            home_write_limit,
-        ),
+        home=CassandraHomeTimeline(keyspace, writes, AdaptiveLimit(writes.limit, busy)),
         outbox=outbox,
         engine=keyspace,
         large=CassandraLargeAccounts(keyspace),

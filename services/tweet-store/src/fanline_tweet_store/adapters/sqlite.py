@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from fanline_shared.config import StorageSettings
@@ -31,6 +31,7 @@ from fanline_shared.sqlite import (
 from fanline_shared.storage_service.schema import Migration
 from fanline_shared.storage_service.sqlite_engine import SqliteEngine
 
+from ..home_writes import HomeWrites
 from ..ports import HomeWindow
 from . import OWNER, TweetStoreStorage
 
@@ -464,9 +465,10 @@ class SqliteLargeAccounts:
         return await self.db.run(read, name="large_members", write=False)
 
 
-def build(settings: StorageSettings, *, home_retention_s: int) -> TweetStoreStorage:
+def build(settings: StorageSettings, writes: HomeWrites, busy: Callable[[], bool]) -> TweetStoreStorage:
+    """One local transaction per write: only ``writes.retention_s`` applies."""
     db = SqliteDatabase.for_owner(settings, OWNER)
-    home = SqliteHomeTimeline(db, home_retention_s)
+    home = SqliteHomeTimeline(db, writes.retention_s)
     return TweetStoreStorage(
         tweets=SqliteTweets(db),
         home=home,
