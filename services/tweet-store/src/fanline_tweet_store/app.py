@@ -31,8 +31,8 @@ from fanline_shared.storage_service.app import storage_app
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
 from .cache import CachedTweets
-from .cap import HomeCap
 from .config import Settings
+from .home_cap import HomeCap
 from .hybrid import HybridHome
 from .limiter import PageRefused, bulk_writes, page_budget
 from .priority import ForegroundActivity

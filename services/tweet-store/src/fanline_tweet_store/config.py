@@ -56,7 +56,7 @@ class Settings(StorageServiceSettings):
             ttl_s=env.number("FANLINE_TWEET_CACHE_TTL_S", DEFAULT_TTL_S),
         )
     )
-    # Stored rows per home timeline (cap.py); older items are read from the
+    # Stored rows per home timeline (home_cap.py); older items are read from the
     # followed accounts' userlines (hybrid.py).
     home_max_rows: int = env_int("FANLINE_HOME_MAX_ROWS", DEFAULT_HOME_MAX_ROWS, minimum=10)
     # How stale the inputs of a home read may be (hybrid.py).

@@ -7,7 +7,7 @@ batches of rows whose partitions share their first replica
 (``replica_batches``), run under tweet-store's adaptive limit
 (``fanline_tweet_store.limiter``). Each owner's *horizon* (a static column)
 bounds the rows reads trust; ``trim`` keeps the newest rows with one range
-tombstone (``fanline_tweet_store.cap``). ``large_accounts`` is one small
+tombstone (``fanline_tweet_store.home_cap``). ``large_accounts`` is one small
 partition of TTL'd rows (``fanline_tweet_store.hybrid``). Split out of
 ``cassandra.py``; the schema of both is in that module's migrations.
 """

@@ -1,7 +1,7 @@
 """Live timelines: the open streams of this gateway process and the routing of
 events to them (api.md "Live updates — server-sent events").
 
-Every gateway replica sees *every* event (``tap.py`` reads the whole events
+Every gateway replica sees *every* event (``stream_events.py`` reads the whole events
 topic without a consumer group), so a stream works whichever replica holds it
 and nothing has to know where a user is connected. Routing is by author:
 
