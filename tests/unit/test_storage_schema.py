@@ -22,7 +22,7 @@ from fanline_shared.storage_service.schema import Migration, compose
 from fanline_shared.storage_service.sqlite_engine import SqliteEngine
 from fanline_social_graph.adapters import cassandra as sg_cassandra
 from fanline_social_graph.adapters import sqlite as sg_sqlite
-from fanline_tweet_store.adapters import cassandra as ts_cassandra
+from fanline_tweet_store.adapters import cassandra_schema as ts_cassandra
 from fanline_tweet_store.adapters import sqlite as ts_sqlite
 
 SHIPPED = {

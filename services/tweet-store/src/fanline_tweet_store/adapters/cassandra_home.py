@@ -9,7 +9,7 @@ batches of rows whose partitions share their first replica
 bounds the rows reads trust; ``trim`` keeps the newest rows with one range
 tombstone (``fanline_tweet_store.home_cap``). ``large_accounts`` is one small
 partition of TTL'd rows (``fanline_tweet_store.hybrid``). Split out of
-``cassandra.py``; the schema of both is in that module's migrations.
+``cassandra.py``; the schema of both is in ``cassandra_schema.py``.
 """
 
 from __future__ import annotations
