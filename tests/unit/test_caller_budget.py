@@ -137,7 +137,7 @@ def test_a_far_cassandra_widens_a_pages_window_so_its_round_trips_fit_a_quarter_
 
 
 async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_write() -> None:
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     lim = _limit(0.4, limit=10)
     written: list[int] = []
@@ -188,7 +188,7 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     page's 1,000 rows by replica was two thirds of a replica's CPU (py-spy,
     latency-scaling phase) when it ran before the refusal."""
     from fanline_tweet_store.adapters import cassandra_home
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     grouped: list[int] = []
     monkeypatch.setattr(
@@ -204,7 +204,7 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
 
 
 async def test_before_any_write_is_timed_only_the_first_page_is_admitted() -> None:
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     lim = AdaptiveLimit(LimitPolicy(), busy=lambda: False)
     with page_budget(8.0):

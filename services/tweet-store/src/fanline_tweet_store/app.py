@@ -34,10 +34,10 @@ from .cache import CachedTweets
 from .config import Settings
 from .home_cap import HomeCap
 from .hybrid import HybridHome
-from .limiter import PageRefused, bulk_writes, page_budget
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
+from .write_context import PageRefused, bulk_writes, page_budget
 
 SERVICE = Settings.SERVICE
 log = get_logger(__name__)
