@@ -16,7 +16,7 @@ a well-behaved client knows when to come back.
 counted: the policy's exempt routes (health, readiness, metrics; the
 gateway's live streams, which stay open for hours and have their own
 per-user cap) and requests a peer marks as background work
-(``peers.PRIORITY_HEADER``: the fan-out worker's writes have their own
+(``http_client.PRIORITY_HEADER``: the fan-out worker's writes have their own
 adaptive limit). A refusal carries ``X-Fanline-Overloaded: <service>`` so a
 calling service knows the peer shed it (``errors.Overloaded``) and does not
 retry it inside a user's request.

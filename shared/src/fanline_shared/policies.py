@@ -93,7 +93,7 @@ GATEWAY_REQUEST = RequestDeadline("gateway_request", 2.0)
 # Sign-up and login hash a password (argon2id, CPU-bound by design).
 GATEWAY_PASSWORD_REQUEST = RequestDeadline("gateway_password_request", 5.0)
 # One fan-out page at tweet-store (``/internal/home/add`` and ``/remove``):
-# queued and written within this, and within ``peers.CALLER_BUDGET_SHARE`` of
+# queued and written within this, and within ``http_client.CALLER_BUDGET_SHARE`` of
 # the timeout the worker sent; past it the rest is dropped, the answer is 503
 # and the worker sends the page again later (rows are upserts, so a partly
 # written page is harmless). Without it, pages the worker had timed out on

@@ -42,7 +42,7 @@ class ForegroundActivity:
     def foreground(self, handler: Handler) -> Handler:
         """Wrap a user-facing route handler: the fan-out yields while it runs
         and for ``quiet_s`` after — unless the caller marked the request as
-        background work (``peers.PRIORITY_HEADER``, sent by the worker)."""
+        background work (``http_client.PRIORITY_HEADER``, sent by the worker)."""
 
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:
