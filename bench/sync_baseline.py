@@ -94,7 +94,7 @@ def main() -> None:
     port, keyspace, social_graph_url, concurrency, batch_rows = sys.argv[1:]
     storage = StorageSettings.from_env(Env({**os.environ, "FANLINE_BACKEND": "cassandra", "FANLINE_CASSANDRA_TIMEOUT_S": "20"}))
     app = create_app(storage, keyspace, social_graph_url, int(concurrency), int(batch_rows))
-    # served as the services are (fanline_shared.server): uvloop and httptools, no access log
+    # served as the services are (fanline_shared.http_server): uvloop and httptools, no access log
     uvicorn.run(app, host="127.0.0.1", port=int(port), loop="uvloop", http="httptools", access_log=False, log_level="warning")
 
 

@@ -16,7 +16,7 @@ a well-behaved client knows when to come back.
 counted: the policy's exempt routes (health, readiness, metrics; the
 gateway's live streams, which stay open for hours and have their own
 per-user cap) and requests a peer marks as background work
-(``peers.PRIORITY_HEADER``: the fan-out worker's writes have their own
+(``http_client.PRIORITY_HEADER``: the fan-out worker's writes have their own
 adaptive limit). A refusal carries ``X-Fanline-Overloaded: <service>`` so a
 calling service knows the peer shed it (``errors.Overloaded``) and does not
 retry it inside a user's request.
@@ -40,9 +40,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
 from .errors import OVERLOADED_HEADER, Overloaded
-from .peers import BACKGROUND, BULK, PRIORITY_HEADER
+from .http_client import BACKGROUND, BULK, PRIORITY_HEADER
+from .http_routes import error_body, json_response
 from .policies import AdmissionPolicy
-from .web import error_body, json_response
 
 log = logging.getLogger(__name__)
 _PRIORITY = PRIORITY_HEADER.encode()

@@ -4,7 +4,7 @@
 Framing, client disconnects and server shutdown are sse-starlette's; this
 module authenticates, applies the per-user limit, replays what a reconnecting
 client missed (``Last-Event-ID``, read with the timelines' ``since``
-machinery) and then relays the stream's live items (``live.py``), skipping
+machinery) and then relays the stream's live items (``stream_hub.py``), skipping
 updates already replayed. Heartbeats (comment lines) come through the same
 queue from the hub's one heartbeat timer: sse-starlette's own ping (a task and
 a timer per stream) is turned off, which measurably cut the memory of an idle
@@ -26,10 +26,10 @@ from starlette.routing import BaseRoute
 from fanline_shared import metrics
 from fanline_shared.domain import parse_tweet_id
 from fanline_shared.errors import InvalidInput, Unauthorized, Unavailable
-from fanline_shared.web import route
+from fanline_shared.http_routes import route
 
 from .gateway import Gateway
-from .live import CLOSE, HEARTBEAT, Hub, Stream, tweet_item
+from .stream_hub import CLOSE, HEARTBEAT, Hub, Stream, tweet_item
 from .webui.security import SESSION_COOKIE
 
 # A client that stops reading for this long is dropped (it resumes later).
@@ -84,7 +84,7 @@ async def open_stream(request: Request, live: Hub, stream: Stream) -> Response:
         raise
     return EventSourceResponse(
         relay(live, stream, backlog, last),
-        ping=0,  # no ping task per stream: the hub's heartbeat timer queues HEARTBEAT (live.py)
+        ping=0,  # no ping task per stream: the hub's heartbeat timer queues HEARTBEAT (stream_hub.py)
         headers={"Cache-Control": "no-store"},
         send_timeout=SEND_TIMEOUT_S,
         background=BackgroundTask(live.close, stream),  # also when the body never starts

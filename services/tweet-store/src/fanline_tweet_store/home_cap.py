@@ -30,7 +30,8 @@ from collections.abc import Iterable
 from fanline_shared import metrics
 from fanline_shared.domain import canonical
 from fanline_shared.errors import Unavailable
-from fanline_shared.ports import HomeTimelineRepository
+
+from .ports import HomeTimelineRepository
 
 log = logging.getLogger(__name__)
 

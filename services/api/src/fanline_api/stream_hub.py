@@ -1,7 +1,7 @@
 """Live timelines: the open streams of this gateway process and the routing of
 events to them (api.md "Live updates — server-sent events").
 
-Every gateway replica sees *every* event (``tap.py`` reads the whole events
+Every gateway replica sees *every* event (``stream_events.py`` reads the whole events
 topic without a consumer group), so a stream works whichever replica holds it
 and nothing has to know where a user is connected. Routing is by author:
 
@@ -42,10 +42,11 @@ from typing import Any
 import orjson
 
 from fanline_shared import metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import canonical
 from fanline_shared.errors import DomainError, NotFound, RateLimited
 from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
 from .config import LiveSettings
 

@@ -1,34 +1,6 @@
-"""The transactional outbox: how a 201 becomes a guaranteed fan-out.
-
-1. The owning service (tweet-store, social-graph) writes the state change and
-   its event in one atomic write (``ports.Outbox``).
-2. The gateway publishes that event at once (the fast path) and remembers its
-   id; a background ``OutboxRelay`` acknowledges published ids in batches.
-3. The same relay sweeps every owner's outbox for events older than a few
-   seconds that nobody acknowledged — the broker was down, or a gateway died
-   between the write and the publish — publishes them and acknowledges them.
-
-Events may therefore be published more than once; the worker is idempotent and
-checks current state, so that is harmless. See docs/architecture.md.
-
-Only one relay sweeps an outbox at a time: with N gateway replicas, N relays
-sweeping after an outage published N copies of every waiting event. Each
-relay asks the owner for the outbox's lease (``ports.RelayLease``, renewed
-every third of ``FANLINE_RELAY_LEASE_S``); the holder sweeps, the others stand
-by and take over once it lapses (or at once when a stopping holder releases
-it). Every replica still acknowledges its own fast-path publishes.
-
-Two acknowledgement modes (``FANLINE_OUTBOX_ACK``):
-
-* ``broker`` (real Kafka, the default): a row is deleted once the broker
-  acknowledged the event — Kafka keeps it durably from then on.
-* ``applied`` (the embedded default, whose broker keeps messages in memory
-  only): a published row is merely *marked* published; the fan-out worker
-  deletes it once it applied the event (``AppliedAcks``), and the relay
-  *replays* every published-but-unapplied row when it starts, since the broker
-  may have lost them. Costs one more internal call per worker batch, so the
-  real-Kafka path does not use it.
-"""
+"""``OutboxRelay``: the gateway's background task that acknowledges fast-path
+publishes and sweeps stale events, one relay per outbox at a time (see the
+package docstring)."""
 
 from __future__ import annotations
 
@@ -38,164 +10,24 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from datetime import timedelta
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
-from . import metrics
-from .domain import timeuuid_time, utcnow
-from .errors import BadRequest, Conflict, DomainError, NotFound
-from .events import Event, TweetCreated, TweetDeleted
-from .kafka import EventPublisher
-from .logs import get_logger
-from .peers import PeerClient, event_to_json, outbox_ack, outbox_pending
-from .policies import RELAY_BACKOFF
-from .ports import AppliedAckOutbox, Outbox
-from .web import json_response, read_json_object, route
+from .. import metrics
+from ..domain import timeuuid_time, utcnow
+from ..errors import DomainError
+from ..http_client import PeerClient
+from ..kafka import EventPublisher
+from ..logs import get_logger
+from ..policies import RELAY_BACKOFF
+from .client import (
+    outbox_ack,
+    outbox_acquire_lease,
+    outbox_mark_published,
+    outbox_pending,
+    outbox_release_lease,
+    outbox_replay,
+)
 
 log = get_logger(__name__)
-
-
-def outbox_routes(service: str, get_outbox: Callable[[Request], Outbox]) -> list[Route]:
-    """The internal outbox API every owning service serves to the relay."""
-
-    async def pending(request: Request) -> Response:
-        try:
-            older_than_ms = int(request.query_params.get("older_than_ms", "3000"))
-            limit = min(int(request.query_params.get("limit", "500")), 5000)
-        except ValueError:
-            raise BadRequest("older_than_ms and limit must be integers") from None
-        events = await get_outbox(request).pending(utcnow() - timedelta(milliseconds=older_than_ms), limit)
-        return json_response({"items": [event_to_json(e) for e in events]})
-
-    async def read_ids(request: Request) -> list[uuid.UUID]:
-        body = await read_json_object(request, max_bytes=4 * 1024 * 1024)
-        raw = body.get("ids", [])
-        if not isinstance(raw, list):
-            raise BadRequest("ids must be a list of UUIDs")
-        try:
-            return [uuid.UUID(str(i)) for i in raw]
-        except ValueError:
-            raise BadRequest("ids must be UUIDs") from None
-
-    def applied_mode(request: Request) -> AppliedAckOutbox:
-        outbox = get_outbox(request)
-        if not (hasattr(outbox, "mark_published") and hasattr(outbox, "replay")):
-            raise Conflict(
-                "this outbox deletes events once the broker has them; FANLINE_OUTBOX_ACK=applied needs the embedded backend",
-                code="outbox_mode_unsupported",
-            )
-        return outbox  # type: ignore[return-value]
-
-    async def ack(request: Request) -> Response:
-        await get_outbox(request).ack(await read_ids(request))
-        return Response(status_code=204)
-
-    async def mark_published(request: Request) -> Response:
-        outbox = applied_mode(request)
-        await outbox.mark_published(await read_ids(request))
-        return Response(status_code=204)
-
-    async def replay(request: Request) -> Response:
-        return json_response({"replayed": await applied_mode(request).replay()})
-
-    def lease_holder(value: object) -> str:
-        if not isinstance(value, str) or not 1 <= len(value) <= MAX_HOLDER or not value.isprintable():
-            raise BadRequest(f"holder must be 1-{MAX_HOLDER} printable characters", code="invalid_holder")
-        return value
-
-    async def acquire_lease(request: Request) -> Response:
-        body = await read_json_object(request)
-        ttl_s = body.get("ttl_s")
-        if not isinstance(ttl_s, int) or isinstance(ttl_s, bool) or not 1 <= ttl_s <= MAX_LEASE_S:
-            raise BadRequest(f"ttl_s must be an integer 1-{MAX_LEASE_S}", code="invalid_ttl")
-        held = await get_outbox(request).acquire_lease(lease_holder(body.get("holder")), ttl_s)
-        return json_response({"held": held})
-
-    async def release_lease(request: Request) -> Response:
-        await get_outbox(request).release_lease(lease_holder(request.query_params.get("holder")))
-        return Response(status_code=204)
-
-    return [
-        route(service, "/internal/outbox", pending, ["GET"]),
-        route(service, "/internal/outbox/ack", ack, ["POST"]),
-        route(service, "/internal/outbox/published", mark_published, ["POST"]),
-        route(service, "/internal/outbox/replay", replay, ["POST"]),
-        route(service, "/internal/outbox/lease", acquire_lease, ["POST"]),
-        route(service, "/internal/outbox/lease", release_lease, ["DELETE"]),
-    ]
-
-
-MAX_HOLDER = 200
-MAX_LEASE_S = 3600
-
-
-async def outbox_acquire_lease(client: PeerClient, holder: str, ttl_s: int) -> bool:
-    """Take or renew the relay lease of ``client``'s outbox. An owner that
-    predates leases (404 during a rolling upgrade) counts as held: every
-    relay publishes then, as before."""
-    try:
-        body = await client.call(
-            "POST", "/internal/outbox/lease", operation="outbox_lease", json={"holder": holder, "ttl_s": ttl_s}, policy=None
-        )
-    except NotFound:
-        return True
-    return bool(body["held"])
-
-
-async def outbox_release_lease(client: PeerClient, holder: str) -> None:
-    await client.call(
-        "DELETE", "/internal/outbox/lease", operation="outbox_lease_release", params={"holder": holder}, policy=None
-    )
-
-
-async def outbox_mark_published(client: PeerClient, ids: list[uuid.UUID]) -> None:
-    await client.call(
-        "POST", "/internal/outbox/published", operation="outbox_mark_published", json={"ids": [str(i) for i in ids]}
-    )
-
-
-async def outbox_replay(client: PeerClient) -> int:
-    body = await client.call("POST", "/internal/outbox/replay", operation="outbox_replay")
-    return int(body["replayed"])
-
-
-def event_source(event: Event) -> str:
-    """The service whose outbox holds ``event``."""
-    return "tweet-store" if isinstance(event, TweetCreated | TweetDeleted) else "social-graph"
-
-
-class AppliedAcks:
-    """The fan-out worker's side of ``FANLINE_OUTBOX_ACK=applied``: delete
-    each event's outbox row once the event has been applied (or
-    dead-lettered). An ack that fails is kept for the next flush; one that is
-    lost (the worker dies first) only means the event is replayed and applied
-    again at the next start, which is idempotent."""
-
-    MAX_HELD = 100_000  # never grow without bound while an owner is down
-
-    def __init__(self, sources: dict[str, PeerClient]) -> None:
-        self._sources = sources
-        self._held: dict[str, list[uuid.UUID]] = {name: [] for name in sources}
-
-    def applied(self, event: Event) -> None:
-        held = self._held[event_source(event)]
-        if len(held) < self.MAX_HELD:
-            held.append(event.event_id)
-
-    async def flush(self) -> None:
-        for name, client in self._sources.items():
-            ids, self._held[name] = self._held[name], []
-            if not ids:
-                continue
-            try:
-                await outbox_ack(client, ids)
-            except DomainError as exc:
-                log.warning("outbox ack of %d applied events to %s failed: %s", len(ids), name, exc)
-                self._held[name] = ids + self._held[name]
 
 
 # A holder stops sweeping this far into its lease (counted from when it asked

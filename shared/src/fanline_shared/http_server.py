@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
-import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import uvicorn
 
@@ -81,34 +79,3 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
         timeout_keep_alive=75,
         lifespan="on",
     )
-
-
-class Storage(Protocol):
-    async def start(self) -> None: ...
-    async def close(self) -> None: ...
-
-
-async def migrate_storage(storage: Storage) -> None:
-    """Create or migrate a service's schema (``start`` is idempotent) and disconnect."""
-    await storage.start()
-    await storage.close()
-
-
-def storage_service_main(
-    service: str,
-    http: HttpSettings,
-    backend: str,
-    build_storage: Callable[[], Storage],
-    create_app: Callable[[], Any],
-    argv: list[str],
-) -> None:
-    """Entry point of a storage-owning service: ``fanline-<service>`` serves its
-    internal API; ``fanline-<service> migrate`` applies its schema and exits."""
-    if argv == ["migrate"]:
-        configure_logging(service)
-        asyncio.run(migrate_storage(build_storage()))
-        print(f"{service}: schema up to date ({backend})")
-        return
-    if argv:
-        sys.exit(f"usage: fanline-{service} [migrate]")
-    serve(create_app(), http, service)

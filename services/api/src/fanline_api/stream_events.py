@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 from fanline_shared.config import KafkaSettings
 from fanline_shared.events import Event, InvalidEvent, decode
 
-from .live import Hub
+from .stream_hub import Hub
 
 log = logging.getLogger(__name__)
 
