@@ -23,7 +23,7 @@ STRESS_VERSION      := 4.0-alpha2
 NODES  ?= 1
 INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) -m deploy.local.infra
 
-.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
+.PHONY: help venv run run-real infra-up infra-down infra-status test soak test-fast lint fmt clean browser ops-tools
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -65,7 +65,10 @@ ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize 
 	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
 
 test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
-	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # the soak beside the engine-free tests, then the rest
+	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # waiting overlaps work: see the docstring
+
+soak: $(STAMP)  ## the documented soak alone: FANLINE_SOAK_S (default 600 s) of steady mixed load on the real engines
+	REQUIRE_REAL_INFRA=1 $(BIN)/python -m pytest -m soak -q -s $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
