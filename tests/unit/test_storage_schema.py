@@ -49,6 +49,7 @@ SHIPPED = {
             ts_sqlite.HYBRID_MIGRATION,
             sqlite_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             sqlite_outbox.OUTBOX_LEASE_MIGRATION,
+            ts_sqlite.ID_SLOTS_MIGRATION,
         ],
     ),
     "social-graph/cassandra": (
@@ -74,6 +75,7 @@ SHIPPED = {
             cassandra_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             cassandra_outbox.OUTBOX_KEEP_MIGRATION,
             cassandra_outbox.OUTBOX_LEASE_MIGRATION,
+            ts_cassandra.ID_SLOTS_MIGRATION,
         ],
     ),
 }
