@@ -16,16 +16,9 @@ from fanline_shared.http_routes import json_response
 
 from . import entities
 from .context import anyone, base, gw, link, optional, user
-from .params import ACCOUNTS_LIMIT, Params, limit, read_params, status_id
+from .params import ACCOUNTS_LIMIT, Params, limit, path_id, read_params, status_id
 
 SEARCH_LIMIT = 20
-
-
-def _path_id(request: Request) -> int:
-    value = status_id(request.path_params["id"], "id")
-    if value is None:
-        raise NotFound("no such account", code="user_not_found")
-    return value
 
 
 async def verify_credentials(request: Request) -> Response:
@@ -36,7 +29,7 @@ async def verify_credentials(request: Request) -> Response:
 
 async def show(request: Request) -> Response:
     await optional(request, scope_rules.READ_ACCOUNTS)
-    profile = await gw(request).account_by_id(_path_id(request), fresh=True)
+    profile = await gw(request).account_by_id(path_id(request), fresh=True)
     return json_response(entities.account(profile, base(request)))
 
 
@@ -81,7 +74,7 @@ def change_follow(follow: bool):  # type: ignore[no-untyped-def]
         who = await user(request, scope_rules.WRITE_FOLLOWS)
         await read_params(request)  # reblogs, notify, languages: accepted, nothing to set
         g = gw(request)
-        account_id = _path_id(request)
+        account_id = path_id(request)
         target = await g.account_by_id(account_id)
         await g.follow(who.username, who.username, str(target["username"]), follow=follow)
         return json_response(await _relationship(request, who.username, account_id))
@@ -105,7 +98,7 @@ def edges(direction: str):  # type: ignore[no-untyped-def]
         await optional(request, scope_rules.READ_ACCOUNTS)
         params = await read_params(request)
         g = gw(request)
-        profile = await g.account_by_id(_path_id(request))
+        profile = await g.account_by_id(path_id(request))
         after = await _after(request, params)
         page = await g.social.edges(str(profile["username"]), direction, limit(params, ACCOUNTS_LIMIT), after)
         names = [str(item["username"]) for item in page["items"]]

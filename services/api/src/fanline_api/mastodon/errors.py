@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from fanline_shared import metrics
 from fanline_shared.errors import DomainError, NotFound, RateLimited, Unavailable, status_of
@@ -85,12 +85,19 @@ def mastodon(handler: Handler, *, render: Callable[[DomainError], Response] = ma
 
 
 async def not_found(request: Request) -> Response:
-    """Any other path under ``/api``: Mastodon's 404 (not the ``/v1`` body)."""
+    """Any other path under ``/api``: Mastodon's 404 (not the ``/v1`` body) —
+    but a path with a trailing slash is sent to the one without (307, the
+    method and body kept): Mastodon.py asks for ``/api/v1/instance/``."""
     started = time.perf_counter()
+    path = request.url.path
     try:
-        response = json_response(body(RECORD_NOT_FOUND), 404)
+        if path.endswith("/") and len(path) > 5:
+            query = request.url.query
+            response: Response = RedirectResponse(path.rstrip("/") + (f"?{query}" if query else ""), status_code=307)
+        else:
+            response = json_response(body(RECORD_NOT_FOUND), 404)
     except ClientDisconnect:
         response = Response(status_code=CLIENT_CLOSED_REQUEST)
-    metrics.HTTP_REQUESTS.labels("api", request.method, "/api/{rest}", "404").inc()
+    metrics.HTTP_REQUESTS.labels("api", request.method, "/api/{rest}", str(response.status_code)).inc()
     metrics.HTTP_LATENCY.labels("api", request.method, "/api/{rest}").observe(time.perf_counter() - started)
     return response

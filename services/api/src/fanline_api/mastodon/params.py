@@ -12,7 +12,7 @@ from starlette.datastructures import FormData
 from starlette.formparsers import FormParser, MultiPartException, MultiPartParser
 from starlette.requests import Request
 
-from fanline_shared.errors import BadRequest, InvalidInput
+from fanline_shared.errors import BadRequest, InvalidInput, NotFound
 from fanline_shared.http_routes import MAX_BODY_BYTES, read_body
 
 MAX_FIELDS = 50
@@ -137,3 +137,11 @@ def status_id(raw: object, name: str) -> int | None:
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         raise InvalidInput(f"{name} must be an id (digits)", code=f"invalid_{name}")
     return int(text)
+
+
+def path_id(request: Request, name: str = "id") -> int:
+    """An id in the path (an account): digits, or ``404`` as for an unknown one."""
+    raw = request.path_params[name]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19:
+        raise NotFound(f"no {name} {raw[:32]}", code="not_found")
+    return int(raw)

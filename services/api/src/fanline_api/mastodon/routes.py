@@ -61,6 +61,7 @@ def routes(service: str, deadline: RequestDeadline, password_deadline: RequestDe
         r("/api/v1/statuses", statuses.show_many, ["GET"]),
         r("/api/v1/statuses/{id}", statuses.show, ["GET"]),
         r("/api/v1/statuses/{id}", statuses.destroy, ["DELETE"]),
+        r("/api/v1/statuses/{id}", statuses.refused("editing a status"), ["PUT"]),
         r("/api/v1/statuses/{id}/context", statuses.context, ["GET"]),
         r("/api/v1/statuses/{id}/favourited_by", statuses.nobody, ["GET"]),
         r("/api/v1/statuses/{id}/reblogged_by", statuses.nobody, ["GET"]),

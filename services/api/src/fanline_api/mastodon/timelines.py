@@ -23,7 +23,7 @@ from fanline_shared import scopes as scope_rules
 from fanline_shared.http_routes import json_response
 
 from .context import authorization, gw, link, optional, statuses
-from .params import Params, limit, read_params, status_id
+from .params import Params, limit, path_id, read_params, status_id
 
 # Retry-After of a 206 while a returning user's home timeline is regenerated.
 REGENERATING_RETRY_AFTER_S = 1
@@ -72,9 +72,8 @@ async def public(request: Request) -> Response:
 async def account_statuses(request: Request) -> Response:
     params = await read_params(request)
     await optional(request, scope_rules.READ_STATUSES)
-    account_id = status_id(request.path_params["id"], "id")
     g = gw(request)
-    profile = await g.account_by_id(account_id or 0)
+    profile = await g.account_by_id(path_id(request))
     if params.flag("pinned") or params.flag("only_media") or params.get("tagged"):
         return json_response([])  # no pins, media or hashtags on Fanline
     page = await g.timeline("user", str(profile["username"]), limit(params), None, sids=bounds(params))
