@@ -18,7 +18,7 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from fanline_shared.cassandra import execute, execute_lwt, prepare
+from fanline_shared.cassandra import execute, execute_lwt, prepare, to_utc
 from fanline_shared.domain import User, utcnow
 from fanline_shared.errors import Conflict, Unavailable
 
@@ -122,7 +122,7 @@ class UserIndexes:
             rows = await execute(session, self._scan, (after, _SCAN_PAGE), name="users_backfill_scan")
             for row in rows:
                 if not row.account_id:
-                    await assign(User(username=row.username, created_at=row.created_at, email=row.email))
+                    await assign(User(username=row.username, created_at=to_utc(row.created_at), email=row.email))
                     assigned += 1
             if len(rows) < _SCAN_PAGE:
                 break
