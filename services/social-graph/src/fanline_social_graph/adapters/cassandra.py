@@ -24,6 +24,10 @@ it, calls ``reconcile``, which rewrites the ``followers`` row from the edge
 read at SERIAL consistency. (An event whose LWT never ran is a no-op: the
 worker checks current state.) Counters of a change that died after its LWT
 stay one off; they are display values.
+
+Past 400 lines on purpose: the keyspace's schema and the repositories whose
+statements depend on it stay together; the account-id and email indexes are
+``cassandra_ids.py``, OAuth ``cassandra_oauth.py``.
 """
 
 from __future__ import annotations
@@ -135,7 +139,8 @@ CREATE TABLE IF NOT EXISTS {keyspace}.users_by_id (
 );
 CREATE TABLE IF NOT EXISTS {keyspace}.users_by_email (
     email_lc text PRIMARY KEY,
-    username_lc text
+    username_lc text,
+    claimed_at timestamp
 );
 ALTER TABLE {keyspace}.sessions ADD IF NOT EXISTS scopes text;
 ALTER TABLE {keyspace}.sessions ADD IF NOT EXISTS client_id text;

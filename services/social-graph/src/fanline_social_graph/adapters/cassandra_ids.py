@@ -4,8 +4,10 @@ keyspace (``users_by_id``, ``users_by_email``; schema in ``cassandra.py``).
 Both are claimed with an LWT *before* the user row (itself an LWT on the
 name), so two sign-ups never share an id or an email. A claim whose sign-up
 then lost its name (or crashed) is left behind and names nobody: lookups
-check the user row agrees, and an email claim found orphaned is taken over
-(an LWT conditioned on the old owner). The account-id backfill walks the
+check the user row agrees, and an email claim no user backs is taken over
+(an LWT conditioned on the old owner) once it is ``ORPHANED_AFTER`` old —
+a younger one may belong to a sign-up still running, which would then
+succeed too. The account-id backfill walks the
 users table by token range, one bounded page at a time, and records in
 ``backfills`` that it ran, so later starts skip it.
 """
@@ -13,6 +15,7 @@ users table by token range, one bounded page at a time, and records in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from cassandra.cluster import Session
@@ -25,6 +28,8 @@ from fanline_shared.errors import Conflict, Unavailable
 from ..accounts import MAX_ID_PROBES, email_key
 
 BACKFILL = "account_ids"
+# Far longer than a sign-up may take (the gateway's password deadline is seconds).
+ORPHANED_AFTER = timedelta(minutes=2)
 _SCAN_PAGE = 500
 _MIN_TOKEN = -(1 << 63)
 
@@ -50,13 +55,13 @@ class UserIndexes:
         )
         self._claim_email = p(
             session,
-            f"INSERT INTO {ks}.users_by_email (email_lc, username_lc) VALUES (?, ?) IF NOT EXISTS",
+            f"INSERT INTO {ks}.users_by_email (email_lc, username_lc, claimed_at) VALUES (?, ?, ?) IF NOT EXISTS",
             write=True,
             idempotent=False,
         )
         self._take_email = p(
             session,
-            f"UPDATE {ks}.users_by_email SET username_lc = ? WHERE email_lc = ? IF username_lc = ?",
+            f"UPDATE {ks}.users_by_email SET username_lc = ?, claimed_at = ? WHERE email_lc = ? IF username_lc = ?",
             write=True,
             idempotent=False,
         )
@@ -98,17 +103,21 @@ class UserIndexes:
         """Claim ``email`` for ``username_lc``, or ``Conflict(email_taken)``
         if a user has it; a claim no user backs (an abandoned sign-up) is
         taken over."""
-        key = email_key(email)
-        applied, row = await execute_lwt(session, self._claim_email, (key, username_lc), name="users_email_claim")
+        key, now = email_key(email), utcnow()
+        applied, row = await execute_lwt(session, self._claim_email, (key, username_lc, now), name="users_email_claim")
         owner = getattr(row, "username_lc", None) if row is not None else None
         if applied or owner == username_lc:
             return
+        taken = Conflict("that email address is taken", code="email_taken")
+        claimed_at = getattr(row, "claimed_at", None) if row is not None else None
+        if claimed_at is not None and now - to_utc(claimed_at) < ORPHANED_AFTER:
+            raise taken  # possibly a sign-up still running
         users = await execute(session, get_user, (owner,), name="users_get") if owner else []
         if users and users[0].email is not None and email_key(users[0].email) == key:
-            raise Conflict("that email address is taken", code="email_taken")
-        taken, _ = await execute_lwt(session, self._take_email, (username_lc, key, owner), name="users_email_claim")
-        if not taken:
-            raise Conflict("that email address is taken", code="email_taken")
+            raise taken
+        took, _ = await execute_lwt(session, self._take_email, (username_lc, now, key, owner), name="users_email_claim")
+        if not took:
+            raise taken
 
     async def release_email(self, session: Session, email: str, username_lc: str) -> None:
         await execute_lwt(session, self._release_email, (email_key(email), username_lc), name="users_email_release")

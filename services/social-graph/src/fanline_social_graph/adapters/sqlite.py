@@ -6,6 +6,10 @@ transaction on the database's single thread, so an edge, its reverse row, both
 counts and the outbox event commit together; uniqueness of names is the
 primary key of ``users``. Timestamps are integer milliseconds (see
 ``fanline_shared.sqlite``).
+
+Past 400 lines on purpose: every table of social-graph's file and its
+migrations sit in one module, so a schema change and every statement it
+touches are read together; the OAuth tables are ``sqlite_oauth.py``.
 """
 
 from __future__ import annotations

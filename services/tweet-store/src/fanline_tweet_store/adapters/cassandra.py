@@ -36,6 +36,10 @@ Deletion mirrors this, and its batch also deletes the ``tweets`` row with a
 client timestamp past the row's write time: an unkeyed tweet is a plain
 INSERT stamped by tweet-store's clock, which an LWT (stamped by Cassandra's)
 cannot be relied on to shadow.
+
+Past 400 lines on purpose: the keyspace's schema beside the tweet and
+timeline statements it shapes; home timelines are ``cassandra_home.py``, the
+id-slot leases ``cassandra_slots.py``.
 """
 
 from __future__ import annotations
