@@ -3,12 +3,12 @@ gateway's ``/api/v1/apps``, ``/oauth/*`` and authorization page only."""
 
 from __future__ import annotations
 
-from fanline_shared.http_routes import json_response, read_json_object, route
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from fanline_shared.errors import BadRequest
+from fanline_shared.http_routes import json_response, read_json_object, route
 
 from .oauth import ClientCredentials, OAuth, app_json
 
