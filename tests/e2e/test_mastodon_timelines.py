@@ -1,9 +1,10 @@
 """The Mastodon home timeline keeps /v1's guarantees (one service layer):
 large accounts merged at read time and paged both ways past the stored
-rows, and a returning user's timeline regenerated behind a 206. On the
-session's embedded systems with small thresholds (the same mechanisms are
-tested on both backends through /v1: test_large_accounts.py,
-test_inactive_users.py)."""
+rows, and a returning user's timeline regenerated behind a 206. On both
+backends' session systems with small thresholds (``small_system``,
+``inactive_system``: the ones test_large_accounts.py and
+test_inactive_users.py use through /v1), so the ascending reads behind
+``min_id`` run against Cassandra too."""
 
 from __future__ import annotations
 
@@ -25,11 +26,11 @@ def home(url: str, token: str, **params: Any) -> tuple[int, list[int], dict[str,
     return response.status_code, [int(s["id"]) for s in response.json()], dict(response.headers)
 
 
-def test_large_accounts_and_trimmed_rows_page_both_ways(embedded_small_system: Any) -> None:
+def test_large_accounts_and_trimmed_rows_page_both_ways(small_system: Any) -> None:
     """FANLINE_LARGE_ACCOUNT_FOLLOWERS=3, FANLINE_HOME_MAX_ROWS=10: a large
     account's statuses are merged at read time, the stored rows are trimmed
     and the older ones read from the userlines — in both directions."""
-    url = embedded_small_system.url()
+    url = small_system.url()
     api = Api(url)
     try:
         reader, reader_token = api.user("rd")
@@ -70,11 +71,11 @@ def test_large_accounts_and_trimmed_rows_page_both_ways(embedded_small_system: A
         api.close()
 
 
-def test_a_returning_user_gets_206_then_the_whole_timeline(embedded_inactive_system: Any) -> None:
+def test_a_returning_user_gets_206_then_the_whole_timeline(inactive_system: Any) -> None:
     """FANLINE_INACTIVE_AFTER_S=3: back after being away, the first read of
     the home timeline starts its regeneration and answers 206 with
     Retry-After, as Mastodon's HomeFeed#regenerating? does."""
-    url = embedded_inactive_system.url()
+    url = inactive_system.url()
     api = Api(url)
     try:
         author, author_token = api.user("au")
