@@ -2,7 +2,8 @@
 on the session's embedded and real-engine systems: sign up and log in, post
 with an idempotency key, look up and follow (a Relationship), page home and
 public timelines with fetch_next / fetch_previous, since_id and min_id,
-delete, unfollow, and scopes enforced on both APIs."""
+delete, unfollow, followers/following, search, an account's statuses and a
+status's context, and scopes enforced on both APIs."""
 
 from __future__ import annotations
 
@@ -195,3 +196,47 @@ def test_discovery_instance_and_edge_headers(masto_system: Any) -> None:
         assert avatar.status_code == 200 and avatar.headers["content-type"] == "image/png"
         page = http.get(f"/@{posted['account']['username']}/{posted['id']}")
         assert page.status_code == 200 and "to favourite" in page.text
+
+
+def every_page(api: Any, first: Any) -> list[Any]:
+    """``first`` and every page ``fetch_next`` reaches from it (bounded)."""
+    pages = [first]
+    for _ in range(20):
+        following = api.fetch_next(pages[-1])
+        if not following:
+            return [item for page in pages for item in page]
+        pages.append(following)
+    raise AssertionError("fetch_next never ended")
+
+
+def test_followers_following_search_account_statuses_and_context(masto_system: Any) -> None:
+    """What ``toot follow``/``whois`` and apps' profile screens read:
+    followers and following paged by ``Link``, the accounts search, an
+    account's statuses paged, and a status's (empty) context."""
+    url = masto_system.url()
+    author, author_name = signed_up(url)
+    plain = Api(url)
+    try:
+        fans: list[str] = []
+        for _ in range(5):
+            fan, fan_token = plain.user("fa")
+            plain.follow(fan_token, fan, author_name)
+            fans.append(fan)
+    finally:
+        plain.close()
+    me = author.account_verify_credentials()
+
+    followers = every_page(author, author.account_followers(me.id, limit=2))
+    assert sorted(a.username for a in followers) == sorted(fans) and len(followers) == 5
+    fan_account = author.account_lookup(fans[0])
+    assert [a.username for a in author.account_following(fan_account.id)] == [author_name]
+    assert author.account_relationships([fan_account.id])[0].followed_by is True
+
+    found = author.search_v2(author_name, result_type="accounts")
+    assert [a.username for a in found.accounts] == [author_name] and found.statuses == [] and found.hashtags == []
+
+    posted = [author.status_post(f"mine {n}") for n in range(5)]
+    mine = every_page(author, author.account_statuses(me.id, limit=2))
+    assert ids(mine) == sorted(ids(posted), reverse=True)
+    context = author.status_context(posted[0].id)
+    assert context.ancestors == [] and context.descendants == []
