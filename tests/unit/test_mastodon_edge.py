@@ -4,6 +4,7 @@ headers, the generated images."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import zlib
 from datetime import UTC, datetime
@@ -11,13 +12,13 @@ from datetime import UTC, datetime
 import pytest
 from starlette.requests import Request
 
-from fanline_api.mastodon import entities, errors, images
+from fanline_api.mastodon import entities, errors, images, oauth
 from fanline_api.mastodon.context import link
 from fanline_api.mastodon.params import Params, limit, status_id
 from fanline_api.principal import InsufficientScope, NotAUser, Principal
 from fanline_api.ratelimit import Decision
 from fanline_shared import scopes
-from fanline_shared.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthorized
+from fanline_shared.errors import BadRequest, Conflict, InvalidInput, NotFound, RateLimited, Unauthorized
 
 # --- scopes ----------------------------------------------------------------------
 
@@ -205,6 +206,27 @@ def test_oauth_errors_follow_rfc_6749() -> None:
     assert scope.status_code == 400 and b'"invalid_scope"' in scope.body
     limited = errors.oauth_error(RateLimited("slow down", retry_after=7))
     assert limited.status_code == 429 and limited.headers["retry-after"] == "7"
+
+
+def basic_request(authorization: str | None) -> Request:
+    headers = [(b"authorization", authorization.encode())] if authorization else []
+    return Request({"type": "http", "method": "POST", "path": "/oauth/token", "query_string": b"", "headers": headers})
+
+
+def test_client_credentials_come_from_http_basic_else_from_the_body() -> None:
+    """RFC 6749 2.3.1: Basic carries the form-encoded id and secret; without
+    it the body's fields count; a malformed Basic header is invalid_client."""
+    body = Params({"client_id": "body-id", "client_secret": "body-secret"})
+    encoded = base64.b64encode(b"app%3Aid:s%20ecret").decode()
+    assert oauth.client_credentials(basic_request(f"Basic {encoded}"), body) == {
+        "client_id": "app:id",
+        "client_secret": "s ecret",
+    }
+    assert oauth.client_credentials(basic_request(None), body) == {"client_id": "body-id", "client_secret": "body-secret"}
+    assert oauth.client_credentials(basic_request("Bearer abc"), body)["client_id"] == "body-id"
+    with pytest.raises(BadRequest) as malformed:
+        oauth.client_credentials(basic_request("Basic %%%"), body)
+    assert malformed.value.code == "invalid_client"
 
 
 def test_mastodon_paths_get_all_three_x_ratelimit_headers() -> None:
