@@ -41,6 +41,9 @@ class TweetCreatedData(_Data):
 class TweetDeletedData(_Data):
     tweet_id: uuid.UUID
     author: str
+    # The tweet's Mastodon-compatible status id (tweet-store's sids.py), for
+    # the gateway's Mastodon streams; absent in events written before it.
+    sid: str | None = None
 
 
 class FollowData(_Data):
@@ -131,8 +134,11 @@ def tweet_created(tweet_id: uuid.UUID, author: str, created_at: datetime) -> Out
     )
 
 
-def tweet_deleted(tweet_id: uuid.UUID, author: str) -> OutboxEvent:
-    return _envelope("TweetDeleted", author.lower(), {"tweet_id": str(tweet_id), "author": author})
+def tweet_deleted(tweet_id: uuid.UUID, author: str, sid: str | None = None) -> OutboxEvent:
+    data: dict[str, object] = {"tweet_id": str(tweet_id), "author": author}
+    if sid is not None:
+        data["sid"] = sid
+    return _envelope("TweetDeleted", author.lower(), data)
 
 
 def fanout_chunk(tweet_id: uuid.UUID, author: str, created_at: datetime, after: str) -> OutboxEvent:

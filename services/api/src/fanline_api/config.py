@@ -67,6 +67,18 @@ class LiveSettings:
         )
 
 
+def public_url(env: Env) -> str | None:
+    """FANLINE_PUBLIC_URL: the URL clients reach this server at (behind a
+    proxy, say), used in the Mastodon-compatible API's links, account and
+    status URLs; unset, each request's own scheme and host."""
+    value = env.string("FANLINE_PUBLIC_URL", "").rstrip("/")
+    if not value:
+        return None
+    if not value.startswith(("http://", "https://")) or " " in value:
+        raise ConfigError(f"FANLINE_PUBLIC_URL must be an http(s) URL, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     http: HttpSettings
@@ -79,6 +91,9 @@ class Settings:
     rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
+    public_url: str | None = None
+    registrations: bool = True  # FANLINE_REGISTRATIONS: may anyone sign up?
+    account_cache_s: float = 5.0  # how old the counts shown in a status's account may be
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
@@ -104,5 +119,8 @@ class Settings:
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True),
             ),
             live=LiveSettings.from_env(env),
+            public_url=public_url(env),
+            registrations=env.boolean("FANLINE_REGISTRATIONS", True),
+            account_cache_s=env.number("FANLINE_ACCOUNT_CACHE_S", 5.0),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )
