@@ -55,14 +55,18 @@ browser:  ## Debian's Chromium for the browser tests (Playwright never downloads
 	else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; fi
 
-ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize (Go) for tests/ops; idempotent
+# The Pod Security Standard evaluator of the API server, as a command (tests/ops/psa).
+$(BIN)/psa-check: tests/ops/psa/main.go tests/ops/psa/go.mod tests/ops/psa/go.sum | $(STAMP)
+	cd tests/ops/psa && go build -o $(abspath $(BIN))/psa-check .
+
+ops-tools: $(STAMP) $(BIN)/psa-check  ## promtool + prometheus (Debian), kubeconform + kustomize + psa-check (Go) for tests/ops; idempotent
 	@command -v promtool >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 	@test -x $(BIN)/kubeconform-$(KUBECONFORM_VERSION) || { GOBIN=$(abspath $(BIN)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION) \
 	  && mv $(BIN)/kubeconform $(BIN)/kubeconform-$(KUBECONFORM_VERSION) && ln -sf kubeconform-$(KUBECONFORM_VERSION) $(BIN)/kubeconform; }
 	@test -x $(BIN)/kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(abspath $(BIN)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) \
 	  && mv $(BIN)/kustomize $(BIN)/kustomize-$(KUSTOMIZE_VERSION) && ln -sf kustomize-$(KUSTOMIZE_VERSION) $(BIN)/kustomize; }
-	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
+	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION), psa-check"
 
 test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # the soak beside the engine-free tests, then the rest

@@ -13,13 +13,14 @@ Settings come from the same environment variables as the services
 ``FANLINE_TWEET_STORE_URL``, ...; README.md lists them), read once here and
 passed down. Exit codes: 0 done, 1 a check failed (``topics verify``),
 2 a dependency was unavailable or refused the request.
-See docs/operations.md.
+See docs/operations/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -37,6 +38,13 @@ STORAGE_SERVICES = ("social-graph", "tweet-store")
 
 async def _migrate(environ: Mapping[str, str], services: Sequence[str]) -> None:
     # The services' own code paths, so the CLI can never drift from them.
+    for service in services:
+        module = "fanline_" + service.replace("-", "_")
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"fanline migrate needs the {service} package ({module}): pip install 'fanline-cli[migrate]', "
+                "or run the service image's `migrate` (the Kubernetes migrate Jobs do)"
+            )
     from fanline_social_graph.__main__ import SERVICE as SOCIAL_GRAPH
     from fanline_tweet_store.__main__ import SERVICE as TWEET_STORE
 
@@ -139,7 +147,7 @@ def _non_negative(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fanline", description="Fanline operator commands (docs/operations.md).")
+    p = argparse.ArgumentParser(prog="fanline", description="Fanline operator commands (docs/operations/cli.md).")
     p.add_argument("--version", action="version", version=f"fanline {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
