@@ -97,7 +97,7 @@ class System:
     python: str = sys.executable
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     internal_token: str = field(default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
-    # Background work at a lower CPU priority (docs/operations.md, "Background
+    # Background work at a lower CPU priority (docs/operations/scale.md, "Background
     # work and CPU priority"): ``fanout_replica`` starts a social-graph and a
     # tweet-store replica (``social-graph-fanout``, ``tweet-store-fanout`` on
     # ports base+4, base+5) that only the fan-out worker calls (follower pages,
