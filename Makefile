@@ -23,7 +23,7 @@ STRESS_VERSION      := 4.0-alpha2
 NODES  ?= 1
 INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) -m deploy.local.infra
 
-.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
+.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools images
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -100,6 +100,9 @@ lint: $(STAMP)  ## ruff (rules and formatting) + mypy
 fmt: $(STAMP)  ## format and fix imports
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+images: $(STAMP)  ## build the four images with docker or podman (ENGINE=…), tagged with the version and dev (TAG=…)
+	$(BIN)/python tools/images.py $(if $(TAG),--tag $(TAG))
 
 clean:  ## remove the virtualenv, local data and engine state
 	rm -rf $(VENV) .data .infra .pytest_cache .mypy_cache .ruff_cache
