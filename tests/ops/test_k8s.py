@@ -434,9 +434,15 @@ def cli_job(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return run_tool([str(CLI_SCRIPT), *args], env={"PATH": os.environ["PATH"], **env}, timeout=30)
 
 
-def test_the_cli_job_is_valid_and_passes_restricted(schema_dir: Path) -> None:
-    done = cli_job("--print", "dlq", "inspect", "--limit", "20")
+@pytest.mark.parametrize("claim", ["", "fanline-backups"])
+def test_the_cli_job_is_valid_and_passes_restricted(schema_dir: Path, claim: str) -> None:
+    done = cli_job("--print", "backup", "/backups/2026-11-26", BACKUP_CLAIM=claim)
     assert done.returncode == 0, done.stderr
+    (job,) = [d for d in yaml.safe_load_all(done.stdout) if d]
+    (backups,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "backups"]
+    assert backups == (
+        {"name": "backups", "persistentVolumeClaim": {"claimName": claim}} if claim else {"name": "backups", "emptyDir": {}}
+    )
     code, resources, summary = kubeconform(done.stdout, schema_dir)
     assert code == 0 and not resources and json.loads(summary)["valid"] == 1, (resources, summary)
     code, verdicts, err = psa_check(done.stdout, "restricted")

@@ -68,7 +68,18 @@ def test_every_alert_has_a_section() -> None:
 
 
 @pytest.mark.parametrize(
-    "command", ["migrate", "topics ensure", "topics verify", "dlq inspect", "dlq replay", "rebuild-home", "sample-data"]
+    "command",
+    [
+        "migrate",
+        "topics ensure",
+        "topics verify",
+        "dlq inspect",
+        "dlq replay",
+        "rebuild-home",
+        "sample-data",
+        "backup",
+        "restore",
+    ],
 )
 def test_every_cli_command_is_documented(command: str) -> None:
     assert f"`fanline {command}" in page("cli.md")
