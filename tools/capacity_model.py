@@ -1,13 +1,14 @@
 """The capacity model's table in docs/operations/scale.md, generated from the
-latest benchmark (bench/results/latest.json, written by `make bench`).
+latest benchmark (bench/results/latest.json, written by `make bench`: tidy
+rows ``(run, scenario, metric, value, unit)``).
 
     python tools/capacity_model.py          # rewrite the table in place
     python tools/capacity_model.py --check  # exit 1 if the page is not current
 
 Only the block between the two ``capacity-model`` markers is generated: the
-figures of the latency-scaling phase (worker/replica pairs draining a backlog
-through a far Cassandra), CPU-seconds per 1,000 home-timeline rows per
-component, and a worked sizing example computed from them. The method and
+figures of the ``latency_scaling`` scenario (worker/replica pairs draining a
+backlog through a far Cassandra), CPU-seconds per 1,000 home-timeline rows
+per component, and a worked sizing example computed from them. The method and
 its caveats around it are written by hand. tests/unit/test_operations_docs.py
 runs ``--check``, so a new latest.json without `python tools/capacity_model.py`
 fails the tests.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,59 +48,89 @@ def _num(value: float, round_to: int = 1) -> str:
     return f"{round(value / round_to) * round_to:,.0f}"
 
 
-def render(results: dict[str, Any]) -> str:
+def parse(rows: list[dict[str, Any]]) -> dict[tuple[str, str, frozenset[tuple[str, str]]], Any]:
+    """latest.json's tidy rows by (run, scenario, name and labels):
+    ``rows_per_s{run="1",workers="1"}`` -> ``("rows_per_s", {run: 1, workers: 1})``."""
+    out: dict[tuple[str, str, frozenset[tuple[str, str]]], Any] = {}
+    for row in rows:
+        name, _, labels = str(row["metric"]).partition("{")
+        pairs = frozenset(re.findall(r'(\w+)="([^"]*)"', labels))
+        out[(str(row["run"]), str(row["scenario"]), frozenset({("", name)}) | pairs)] = row["value"]
+    return out
+
+
+def render(rows: list[dict[str, Any]]) -> str:
     """The generated block (markers included) for one latest.json."""
-    scaling = results["latency_scaling"]
-    runs: dict[str, Any] = results["details"]["latency_scaling"]["runs"]
-    counts = [c for c in ("1", "2", "4") if c in runs]
-    # One pair runs first and again last; the better of the two is the base of the ratios.
-    runs = dict(runs)
-    runs["1"] = max((runs[c] for c in ("1", "1 again") if c in runs), key=lambda run: float(run["rows_per_s"]))
-    machine = results["machine"]
-    details = results["details"]
+    figures = parse(rows)
+    scaled = sorted({r for r, scenario, _ in figures if scenario == "latency_scaling"})
+    if len(scaled) != 1:
+        raise SystemExit(
+            f"latest.json has latency_scaling rows of {len(scaled)} runs, not one: "
+            "run `python -m bench.run --only latency_scaling`"
+        )
+    run = scaled[0]
+
+    def get(scenario: str, name: str, **labels: str) -> Any:
+        key = (run, scenario, frozenset({("", name), *labels.items()}))
+        if key not in figures:
+            raise SystemExit(f"latest.json has no {scenario} {name}{labels} for run {run}")
+        return figures[key]
+
+    runs = {  # run number -> workers, in the order they ran (one pair first and again last)
+        dict(key)["run"]: dict(key)["workers"]
+        for r, scenario, key in figures
+        if r == run and scenario == "latency_scaling" and ("", "rows_per_s") in key
+    }
+    best: dict[str, str] = {}  # workers -> its best run
+    for number, workers in sorted(runs.items()):
+        rate = float(get("latency_scaling", "rows_per_s", run=number, workers=workers))
+        if workers not in best or rate > float(get("latency_scaling", "rows_per_s", run=best[workers], workers=workers)):
+            best[workers] = number
+    counts = sorted(best, key=int)
+
+    def fig(name: str, workers: str, **labels: str) -> float:
+        return float(get("latency_scaling", name, run=best[workers], workers=workers, **labels))
 
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | " + " | ".join(cells) + " |"
 
-    header = "| pairs (a fan-out worker and the tweet-store replica it writes through) | " + " | ".join(counts) + " |"
+    proxied, direct = (
+        float(get("latency_scaling", "rtt_ms", path="proxied")),
+        float(get("latency_scaling", "rtt_ms", path="direct")),
+    )
     lines = [
         BEGIN,
         "",
-        f"Measured by `{details['command']}` on {details['started_at']} "
-        f"({machine['cores']} cores, {machine['cpu_model']}), 200 ms added each way to Cassandra "
-        f"(CQL round trip {scaling['rtt_ms']['proxied']:.0f} ms through the proxy, {scaling['rtt_ms']['direct']:.1f} ms direct):"
-        if scaling["delay_ms_each_way"] == 200
-        else f"Measured by `{details['command']}` on {details['started_at']} ({machine['cores']} cores, "
-        f"{machine['cpu_model']}), {scaling['delay_ms_each_way']:.0f} ms added each way to Cassandra:",
+        f"Measured by `{get('run', 'command')}` on {get('run', 'started_at')} ({get('run', 'machine', field='cores'):.0f} cores, "
+        f"{get('run', 'machine', field='cpu_model')}), {get('latency_scaling', 'delay_ms'):.0f} ms added each way to "
+        f"Cassandra (CQL round trip {proxied:.0f} ms through the proxy, {direct:.1f} ms direct); with several runs of one "
+        "size, the faster:",
         "",
-        header,
+        "| pairs (a fan-out worker and the tweet-store replica it writes through) | " + " | ".join(counts) + " |",
         "| --- |" + " --- |" * len(counts),
-        row("home-timeline rows/s (steady window)", [_num(runs[c]["rows_per_s"]) for c in counts]),
-        row("ratio to one pair", [f"{runs[c]['rows_per_s'] / runs['1']['rows_per_s']:.2f}" for c in counts]),
-        row("machine CPU busy", [f"{runs[c]['machine_cpu_utilisation']:.0%}" for c in counts]),
-        row(
-            "tweet-store write limit at the end",
-            [" / ".join(f"{limit:.0f}" for limit in runs[c]["write_limit_at_end"]) for c in counts],
-        ),
+        row("home-timeline rows/s (steady window)", [_num(fig("rows_per_s", c)) for c in counts]),
+        row("ratio to one pair", [f"{fig('rows_per_s', c) / fig('rows_per_s', '1'):.2f}" for c in counts]),
+        row("machine CPU busy", [f"{fig('machine_cpu_percent', c):.0f}%" for c in counts]),
     ]
     for key, label in COMPONENTS:
-        lines.append(row(f"CPU-s per 1,000 rows: {label}", [f"{runs[c]['cpu_s_per_1k_rows'][key]:.4f}" for c in counts]))
-    one = runs["1"]["cpu_s_per_1k_rows"]
+        lines.append(row(f"CPU-s per 1,000 rows: {label}", [f"{fig('cpu_s_per_1k_rows', c, component=key):.4f}" for c in counts]))
+    one = {key: fig("cpu_s_per_1k_rows", "1", component=key) for key, _ in COMPONENTS}
+    one_rate = fig("rows_per_s", "1")
     python_figure = max(one["fanout-worker"], one["tweet-store"])
     cpu_limit = 1000 / python_figure * HEADROOM
-    rtt_s = scaling["rtt_ms"]["proxied"] / 1000
+    rtt_s = proxied / 1000
     rtt_limit = WRITE_LIMIT_MAX * BATCH_ROWS / rtt_s
     target = EXAMPLE_ROWS_PER_S / 1000
     service_cores = target * (one["fanout-worker"] + one["tweet-store"] + one["social-graph"]) / HEADROOM
     cassandra_cores = target * one["cassandra"] / HEADROOM
-    pairs_far = math.ceil(EXAMPLE_ROWS_PER_S / min(cpu_limit, runs["1"]["rows_per_s"]))
+    pairs_far = math.ceil(EXAMPLE_ROWS_PER_S / min(cpu_limit, one_rate))
     lines += [
         "",
         f"Worked example, from the one-pair column, for {EXAMPLE_ROWS_PER_S:,} rows/s: the larger Python figure is "
         f"{'tweet-store' if one['tweet-store'] >= one['fanout-worker'] else 'the worker'}'s ({python_figure:.4f}), so one pair's "
         f"CPU limit is `1000 / {python_figure:.4f} × {HEADROOM}` ≈ {_num(cpu_limit, 100)} rows/s; "
-        f"its round-trip limit at {scaling['rtt_ms']['proxied']:.0f} ms is `{WRITE_LIMIT_MAX} × {BATCH_ROWS} / {rtt_s:.3f}` ≈ "
-        f"{_num(rtt_limit, 100)} rows/s, and one pair reached {_num(runs['1']['rows_per_s'])} there, so at that distance "
+        f"its round-trip limit at {proxied:.0f} ms is `{WRITE_LIMIT_MAX} × {BATCH_ROWS} / {rtt_s:.3f}` ≈ "
+        f"{_num(rtt_limit, 100)} rows/s, and one pair reached {_num(one_rate)} there, so at that distance "
         f"{pairs_far} pairs are needed; on a LAN (about 1 ms) the CPU limit decides. Workers, replicas and social-graph need "
         f"`{target:g} × ({one['fanout-worker']:.4f} + {one['tweet-store']:.4f} + {one['social-graph']:.4f}) / {HEADROOM}` ≈ "
         f"{service_cores:.1f} cores; Cassandra `{target:g} × {one['cassandra']:.4f} / {HEADROOM}` ≈ {cassandra_cores:.1f} cores "
