@@ -145,13 +145,22 @@ def test_every_file_the_dockerfile_copies_exists_in_the_build_context(build: Bui
 
 
 def builder_install(build: Build) -> tuple[Stage, list[str]]:
-    """The builder stage and the arguments of its ``pip install``."""
+    """The builder stage and the arguments of its ``pip install`` (the shell
+    command it is part of cut at ``&&``, ``;`` and ``|``)."""
     for stage in dockerfile_stages(build.dockerfile)[:-1]:
         for keyword, args in stage.instructions:
             if keyword == "RUN" and "pip install" in args:
-                words = shlex.split(substitute(args, variables(build, stage)))
-                return stage, words[words.index("install") + 1 :]
+                for command in re.split(r"&&|;|\|\|?", substitute(args, variables(build, stage))):
+                    words = shlex.split(command)
+                    if "pip" in words and "install" in words:
+                        return stage, words[words.index("install") + 1 :]
     raise AssertionError(f"{build.image}: no builder stage runs pip install")
+
+
+def image_installs(image: str) -> list[str]:
+    """What an image's builder passes to pip install (for other tests)."""
+    (build,) = [b for b in builds() if b.image == image]
+    return builder_install(build)[1]
 
 
 def recreate_workdir(build: Build, stage: Stage, root: Path) -> Path:

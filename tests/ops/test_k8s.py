@@ -470,8 +470,9 @@ def test_the_cli_job_runs_the_cli_with_what_internal_calls_need() -> None:
             for s in sources
         ), policy["metadata"]["name"]
     # ...and the image it names ships the CLI
-    dockerfile = (REPO / "services" / "api" / "Dockerfile").read_text()
-    assert "./tools/fanline-cli" in dockerfile
+    from .test_images import image_installs
+
+    assert "./tools/fanline-cli" in image_installs("fanline/api")
 
 
 def test_the_cli_job_takes_the_namespace_and_image_and_refuses_unsafe_arguments() -> None:
