@@ -75,29 +75,6 @@ def ignore_patterns(context: Path) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
-def variables(build: Build, stage: Stage) -> dict[str, str]:
-    """Build arguments a stage sees: compose's, else the ARG defaults (before
-    FROM, re-declared in the stage, or declared in it)."""
-    given = dict(build.args)
-    global_defaults: dict[str, str] = {}
-    for line in build.dockerfile.read_text().splitlines():
-        if line.strip().upper().startswith("FROM"):
-            break
-        if line.strip().upper().startswith("ARG "):
-            key, _, default = line.strip()[4:].strip().partition("=")
-            global_defaults[key] = default
-    seen: dict[str, str] = {}
-    for keyword, args in stage.instructions:
-        if keyword == "ARG":
-            key, sep, default = args.partition("=")
-            seen[key] = given.get(key, default if sep else global_defaults.get(key, ""))
-    return seen
-
-
-def substitute(text: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), text)
-
-
 @dataclass(frozen=True)
 class Copy:
     sources: tuple[str, ...]
@@ -107,10 +84,8 @@ class Copy:
 
 def copies(build: Build, stage: Stage) -> list[Copy]:
     """The stage's COPY/ADD instructions from the build context (not --from)."""
-    values = variables(build, stage)
     out, workdir = [], "/"
-    for keyword, args in stage.instructions:
-        args = substitute(args, values)
+    for keyword, args in stage.instructions:  # build arguments already substituted
         if keyword == "WORKDIR":
             workdir = args if args.startswith("/") else f"{workdir.rstrip('/')}/{args}"
         if keyword not in ("COPY", "ADD"):
@@ -138,7 +113,7 @@ def context_files(build: Build, source: str) -> list[Path]:
 @by_build
 def test_every_file_the_dockerfile_copies_exists_in_the_build_context(build: Build) -> None:
     assert build.dockerfile.is_file(), f"{build.image}: no {build.dockerfile}"
-    for stage in dockerfile_stages(build.dockerfile):
+    for stage in dockerfile_stages(build.dockerfile, build.args):
         for copy in copies(build, stage):
             for source in copy.sources:
                 assert context_files(build, source), f"{build.image}: COPY {source} copies nothing (missing or .dockerignored)"
@@ -147,10 +122,10 @@ def test_every_file_the_dockerfile_copies_exists_in_the_build_context(build: Bui
 def builder_install(build: Build) -> tuple[Stage, list[str]]:
     """The builder stage and the arguments of its ``pip install`` (the shell
     command it is part of cut at ``&&``, ``;`` and ``|``)."""
-    for stage in dockerfile_stages(build.dockerfile)[:-1]:
+    for stage in dockerfile_stages(build.dockerfile, build.args)[:-1]:
         for keyword, args in stage.instructions:
             if keyword == "RUN" and "pip install" in args:
-                for command in re.split(r"&&|;|\|\|?", substitute(args, variables(build, stage))):
+                for command in re.split(r"&&|;|\|\|?", args):
                     words = shlex.split(command)
                     if "pip" in words and "install" in words:
                         return stage, words[words.index("install") + 1 :]
