@@ -305,16 +305,27 @@ def test_keda_scales_the_worker_within_the_partitions(overlay: str) -> None:
     assert meta["allowIdleConsumers"] == "false"
 
 
+def released_version() -> str:
+    match = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+def jobs_by_app(overlay: str) -> dict[str, dict[str, Any]]:
+    return {j["metadata"]["labels"]["app.kubernetes.io/name"]: j for j in by_kind(overlay, "Job").values()}
+
+
 @by_overlay
 def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None:
-    jobs, deployments = by_kind(overlay, "Job"), by_kind(overlay, "Deployment")
+    jobs, deployments = jobs_by_app(overlay), by_kind(overlay, "Deployment")
     for service in STORAGE:
         job = jobs[f"migrate-{service}"]
         c = container(job)
         assert c["args"] == ["migrate"]
         assert c["image"] == container(deployments[service])["image"], "the service's own image and code path"
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
-        assert job["spec"]["ttlSecondsAfterFinished"] > 0, "finished Jobs must go, or the next apply fails"
+        assert job["spec"]["parallelism"] == 1, "one migrator at a time, retries included"
+        assert job["spec"]["ttlSecondsAfterFinished"] > 0
     script = " ".join(container(jobs["kafka-topics"])["args"])
     for needle in (
         '"$FANLINE_EVENTS_TOPIC"',
@@ -512,3 +523,13 @@ def test_the_cli_script_creates_the_job_follows_its_log_and_returns_its_exit_cod
     assert container(job)["image"] == "registry.example/fanline/api:0.1.0", "the image the api Deployment runs"
     assert container(job)["args"] == ["topics", "verify"]
     assert [line.split()[2] for line in calls.read_text().splitlines()] == ["get", "create", "logs", "get"]
+
+
+@by_overlay
+def test_jobs_are_named_after_the_release_and_the_services_never_migrate(overlay: str) -> None:
+    """A new release's Jobs are new objects (a finished Job's spec cannot
+    change), and the services only wait for the schema the Jobs bring."""
+    suffix = "-" + released_version().replace(".", "-")
+    for app, job in jobs_by_app(overlay).items():
+        assert job["metadata"]["name"] == app + suffix, job["metadata"]["name"]
+    assert config(overlay)["FANLINE_SCHEMA_AT_START"] == "wait"
