@@ -301,7 +301,7 @@ class System:
     def stop(self, timeout: float = 20) -> None:
         """Stop the front (api, worker) first, then the rest, each group in
         parallel; anything still alive after ``timeout`` gets SIGKILL."""
-        replicas = tuple(name for name in self.procs if name.startswith("api-"))
+        replicas = tuple(name for name in self.procs if name.startswith(("api-", "fanout-worker-")))
         for group in (("api", "fanout-worker", *replicas), ("tweet-store", "social-graph", *FANOUT_REPLICAS, "broker")):
             procs = {name: self.procs.pop(name) for name in group if name in self.procs}
             for proc in procs.values():
