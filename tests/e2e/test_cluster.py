@@ -10,6 +10,10 @@ nothing acknowledged was lost or duplicated (``cluster.verify``); every test
 adds a row to the table printed at the end of the session and kept in
 ``docs/reliability.md``.
 
+The rolling upgrade (issue #32) replaces gateways and workers one at a
+time under the same load, with the migrate step running beside them, and
+allows not even a retry.
+
 The node and broker kills also check the signals the cluster alerts read
 (docs/operations/alerts.md): the storage services' drivers report the
 killed node down, the gateway's producer reports partitions
