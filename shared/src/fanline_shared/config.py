@@ -176,6 +176,14 @@ class StorageSettings:
     # framing, which TCP's own checksums and Cassandra's per-sstable checksums
     # mostly cover. FANLINE_CASSANDRA_PROTOCOL=5 opts in (falls back to v4).
     protocol_version: int = 4
+    # What a service does with its Cassandra schema at start: "migrate" it
+    # (development, tests, make run: one command does everything), or "wait"
+    # until the migrate job has brought it to the version the code needs and
+    # run no DDL itself (production: never two migrators, never a service
+    # racing the job; docs/operations/upgrade.md). `<service> migrate` and
+    # `fanline migrate` always migrate. SQLite always migrates (one process).
+    schema_at_start: Literal["migrate", "wait"] = "migrate"
+    schema_wait_s: float = 600.0
 
     @classmethod
     def from_env(cls, env: Env) -> StorageSettings:
@@ -191,6 +199,8 @@ class StorageSettings:
             local_dc=env.string("FANLINE_CASSANDRA_DC", "datacenter1"),
             request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0, positive=True),
             protocol_version=int(env.choice("FANLINE_CASSANDRA_PROTOCOL", "4", ("4", "5"))),
+            schema_at_start=env.choice("FANLINE_SCHEMA_AT_START", "migrate", ("migrate", "wait")),  # type: ignore[arg-type]
+            schema_wait_s=env.number("FANLINE_SCHEMA_WAIT_S", 600.0, positive=True),
         )
 
     def keyspace(self, owner: str) -> str:

@@ -20,12 +20,21 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from .domain import OutboxEvent, new_timeuuid, to_rfc3339, utcnow
 from .logs import current_request_id
 
 SCHEMA_VERSION = 1
+# What a consumer of this release reads: its own version and the one before,
+# so that during a rolling upgrade a new worker reads what old gateways and
+# services still publish (and what waits in the topics and outboxes). An
+# event of a version not here is dead-lettered, and can be replayed once
+# every worker runs a release that reads it. When SCHEMA_VERSION becomes 2,
+# keep 1 here and upgrade version-1 payloads in ``decode``; one release later
+# drop 1. tests/unit/test_event_versions.py feeds the previous release's real
+# events (tests/unit/data/events-0.1.0) to this worker.
+READABLE_VERSIONS: tuple[int, ...] = tuple(v for v in (SCHEMA_VERSION - 1, SCHEMA_VERSION) if v >= 1)
 
 
 class _Data(BaseModel):
@@ -62,9 +71,16 @@ class FanoutChunkData(_Data):
 
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
-    version: Literal[1]
+    version: int
     event_id: uuid.UUID
     occurred_at: datetime
+
+    @field_validator("version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"schema version {version} is not one this release reads {READABLE_VERSIONS}")
+        return version
 
 
 class TweetCreated(_Envelope):

@@ -47,7 +47,7 @@ async def ensure(settings: KafkaSettings) -> list[TopicReport]:
 
 
 async def verify(settings: KafkaSettings, timeout_s: float = 15.0) -> list[TopicReport]:
-    """Partition counts of both topics as the broker reports them."""
+    """Partition counts of the three topics as the broker reports them."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
