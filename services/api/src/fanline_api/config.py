@@ -24,6 +24,7 @@ from fanline_shared.policies import (
 )
 
 from .ratelimit import RateLimitSettings
+from .sessions import DEFAULT_MAX_AGE_S as DEFAULT_SESSION_CACHE_S
 
 # Only for laptops and tests: production must set FANLINE_CURSOR_SECRET (the
 # same value on every gateway replica) so cursors verify across replicas.
@@ -79,6 +80,7 @@ class Settings:
     rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
+    session_cache_s: float = DEFAULT_SESSION_CACHE_S
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
@@ -104,5 +106,6 @@ class Settings:
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True),
             ),
             live=LiveSettings.from_env(env),
+            session_cache_s=env.number("FANLINE_SESSION_CACHE_S", DEFAULT_SESSION_CACHE_S),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )

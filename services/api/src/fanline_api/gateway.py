@@ -31,6 +31,7 @@ from fanline_shared.outbox.wire import event_from_json
 
 from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
 from .ratelimit import LoginGuard
+from .sessions import SessionCache
 
 log = get_logger(__name__)
 
@@ -60,9 +61,12 @@ class Gateway:
         relay: OutboxRelay,
         cursors: CursorCodec,
         logins: LoginGuard | None = None,
+        sessions: SessionCache | None = None,
     ) -> None:
         self.logins = logins
         self.social = social
+        # Verified tokens (sessions.py); without one, every request asks social-graph.
+        self.sessions = sessions if sessions is not None else SessionCache(lambda t: self.social.session_lookup(t), 0)
         self.tweets = tweets
         self.publisher = publisher
         self.relay = relay
@@ -152,13 +156,18 @@ class Gateway:
 
     async def authenticate(self, authorization: str | None) -> str:
         """The token's username, or ``Unauthorized``."""
-        token = self.bearer(authorization)
-        return await self.social.authenticate(token)
+        return (await self.session(authorization))[0]
 
     async def session(self, authorization: str | None) -> tuple[str, str | None]:
         """The token's username and, if they came back after being inactive,
         when (see ``regenerating``); or ``Unauthorized``."""
-        return await self.social.session(self.bearer(authorization))
+        return _user_and_return(await self.session_answer(authorization))
+
+    async def session_answer(self, authorization: str | None) -> dict[str, Any]:
+        """social-graph's whole answer about the token (``username``,
+        ``returned_at``, ...), verified a moment ago or now (``sessions.py``);
+        or ``Unauthorized``."""
+        return await self.sessions.lookup(self.bearer(authorization))
 
     @staticmethod
     def bearer(authorization: str | None) -> str:
@@ -171,7 +180,11 @@ class Gateway:
         return token
 
     async def logout(self, authorization: str | None) -> None:
-        await self.social.logout(self.bearer(authorization))
+        token = self.bearer(authorization)
+        revoked = await self.social.logout(token)
+        self.sessions.forget(token)  # refused here from now on; elsewhere once the event arrives
+        if revoked is not None:
+            self._publish("social-graph", revoked["event"])
 
     # --- social graph ---------------------------------------------------------------
 
@@ -252,23 +265,25 @@ class Gateway:
         Tokens name their user (``<username>.<secret>``, still opaque to
         clients), so the timeline slice is read *while* the token is verified
         instead of after it: the read costs one round trip less. The page is
-        returned only if verification succeeds and names the same user."""
+        returned only if verification succeeds and names the same user. A
+        token verified a moment ago (``sessions.py``) costs no round trip:
+        the page is then the only call."""
         token = self.bearer(authorization)
         try:
             since = validate_since_id(since_id)
             before, carried = decode_timeline(self.cursors, "tl:home", cursor)
             since = carried or since
         except (BadRequest, InvalidInput):
-            await self.social.authenticate(token)  # a bad token is reported first
+            await self.sessions.lookup(token)  # a bad token is reported first
             raise
         claimed, dot, _ = token.partition(".")
-        if not (dot and is_valid_username(claimed)):
-            actor, returned_at = await self.social.session(token)
+        if not (dot and is_valid_username(claimed)) or self.sessions.has(token):
+            actor, returned_at = _user_and_return(await self.sessions.lookup(token))
             page = await self.tweets.timeline("home", actor, limit, before, since)
         else:
             page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before, since))
             try:
-                actor, returned_at = await self.social.session(token)
+                actor, returned_at = _user_and_return(await self.sessions.lookup(token))
                 if canonical(actor) != canonical(claimed):
                     raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
             except BaseException:
@@ -296,6 +311,11 @@ class Gateway:
         if canonical(follower) == canonical(followee):
             return False
         return await self.social.is_following(follower, followee)
+
+
+def _user_and_return(answer: dict[str, Any]) -> tuple[str, str | None]:
+    returned_at = answer.get("returned_at")
+    return str(answer["username"]), str(returned_at) if returned_at else None
 
 
 def _visible_ascii(value: str) -> bool:

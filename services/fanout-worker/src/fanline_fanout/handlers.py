@@ -17,6 +17,7 @@ a newer one) cannot resurrect what was undone:
   rows that were never written would only leave tombstones).
 * Followed — if still following: merge the author's recent tweets.
 * Unfollowed — if not following again: purge the author's tweets.
+* SessionRevoked — nothing (it is for the gateways' session caches).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class FanoutHandlers:
             await self.unfollowed(event)
         elif isinstance(event, FanoutChunk):
             await self.fanout_chunk(event)
+        # SessionRevoked: for the gateways' session caches; no timeline changes.
 
     async def tweet_created(self, event: TweetCreated) -> None:
         data = event.data

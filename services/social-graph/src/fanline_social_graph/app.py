@@ -106,12 +106,19 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response(await graph(request).login(body.get("username"), body.get("password")))
 
     async def current_session(request: Request) -> Response:
-        username, returned_at = await graph(request).session(_bearer(request))
-        return json_response({"username": username, "returned_at": to_rfc3339(returned_at) if returned_at else None})
+        s = await graph(request).session(_bearer(request))
+        return json_response(
+            {
+                "username": s.username,
+                "returned_at": to_rfc3339(s.returned_at) if s.returned_at else None,
+                "expires_at": to_rfc3339(s.expires_at),
+                "cache_s": s.cache_s,
+            }
+        )
 
     async def logout(request: Request) -> Response:
-        await graph(request).logout(_bearer(request))
-        return Response(status_code=204)
+        event = await graph(request).logout(_bearer(request))
+        return json_response({"event": event_to_json(event)})
 
     async def follow(request: Request) -> Response:
         p = request.path_params

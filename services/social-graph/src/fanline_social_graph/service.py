@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +37,19 @@ from .hashing import Argon2Budget
 # Verified against when the username is unknown, so a failed log-in takes the
 # same time whether or not the user exists.
 _DUMMY_PASSWORD = "not-a-real-password-" + secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedSession:
+    """A live session as the session lookup reports it. ``cache_s``: how long
+    a gateway may reuse this answer without asking again — the activity
+    tracker's refresh period, so a user who keeps making requests is still
+    seen often enough to stay active (``activity.py``)."""
+
+    username: str
+    expires_at: datetime
+    returned_at: datetime | None
+    cache_s: float
 
 
 def token_hash(token: str) -> str:
@@ -143,22 +157,28 @@ class SocialGraph:
         return {"token": token, "username": user.username, "expires_at": to_rfc3339(expires_at)}
 
     async def authenticate(self, token: str | None) -> str:
-        return (await self.session(token))[0]
+        return (await self.session(token)).username
 
-    async def session(self, token: str | None) -> tuple[str, datetime | None]:
-        """The token's user — an authenticated request, so they are active —
-        and when they came back from inactivity (within the last day), if so."""
+    async def session(self, token: str | None) -> VerifiedSession:
+        """The token's session — an authenticated request, so its user is
+        active — and when they came back from inactivity (within the last
+        day), if so."""
         if not token or len(token) > 200:
             raise Unauthorized("missing or malformed token", code="unauthorized")
         session = await self._storage.sessions.get(token_hash(token))
         if session is None:
             raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
-        return session.username, await self.activity.seen(session.username)
+        returned_at = await self.activity.seen(session.username)
+        return VerifiedSession(session.username, session.expires_at, returned_at, self.activity.refresh_s)
 
-    async def logout(self, token: str | None) -> None:
-        await self.authenticate(token)
+    async def logout(self, token: str | None) -> OutboxEvent:
+        """Revoke the token; the ``SessionRevoked`` event stored with it tells
+        every gateway to drop its cached verifications of the user's tokens."""
+        username = await self.authenticate(token)
         assert token is not None
-        await self._storage.sessions.revoke(token_hash(token))
+        event = events.session_revoked(username)
+        await self._storage.sessions.revoke(token_hash(token), event)
+        return event
 
     # --- follows --------------------------------------------------------------
 
@@ -215,4 +235,4 @@ def edge_json(edge: Edge) -> dict[str, str]:
     return {"username": edge.username, "since": to_rfc3339(edge.since)}
 
 
-__all__ = ["SocialGraph", "datetime", "edge_json", "token_hash"]
+__all__ = ["SocialGraph", "VerifiedSession", "datetime", "edge_json", "token_hash"]

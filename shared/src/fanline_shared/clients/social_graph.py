@@ -45,13 +45,26 @@ class SocialGraphClient(PeerClient):
     async def session(self, token: str) -> tuple[str, str | None]:
         """The token's username and, if they came back from inactivity within
         the last day, when (RFC 3339), or ``Unauthorized``."""
+        body = await self.session_lookup(token)
+        return str(body["username"]), body.get("returned_at")
+
+    async def session_lookup(self, token: str) -> dict[str, Any]:
+        """social-graph's whole answer about a token (``Unauthorized`` if it
+        is not live): ``username``, ``returned_at`` (RFC 3339 or null),
+        ``expires_at`` and ``cache_s`` (how long the answer may be reused;
+        both absent from a social-graph that predates them)."""
         body = await self.call(
             "GET", "/internal/sessions/current", operation="authenticate", headers={"authorization": f"Bearer {token}"}
         )
-        return str(body["username"]), body.get("returned_at")
+        return dict(body)
 
-    async def logout(self, token: str) -> None:
-        await self.call("DELETE", "/internal/sessions/current", operation="logout", headers={"authorization": f"Bearer {token}"})
+    async def logout(self, token: str) -> dict[str, Any] | None:
+        """Revoke the token; the ``SessionRevoked`` event to publish (as
+        ``{"event": ...}``; None from a social-graph that predates it)."""
+        body = await self.call(
+            "DELETE", "/internal/sessions/current", operation="logout", headers={"authorization": f"Bearer {token}"}
+        )
+        return body if isinstance(body, dict) and "event" in body else None
 
     async def follow(self, follower: str, followee: str) -> dict[str, Any]:
         return await self.call("PUT", f"/internal/users/{follower}/following/{followee}", operation="follow")
