@@ -246,8 +246,12 @@ class Gateway:
             assert owner is not None
             if not is_valid_username(owner):
                 raise _user_not_found(owner)
-            # The user must exist (404), checked alongside the slice.
-            _, page = await asyncio.gather(self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before, since))
+            # The user must exist (404). Only users write tweets and users are
+            # never deleted, so a page with a tweet proves it: social-graph is
+            # asked only when the page is empty.
+            page = await self.tweets.timeline(kind, owner, limit, before, since)
+            if not page["items"]:
+                await self.social.get_user(owner)
         else:
             page = await self.tweets.timeline(kind, owner, limit, before, since)
         return self._page(cursor_kind, page, since)
