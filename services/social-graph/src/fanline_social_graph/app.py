@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.profiles import RFC_9106_LOW_MEMORY
@@ -146,11 +147,17 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             after = request.query_params.get("after") or None
             if after is not None and len(after) > 15:
                 raise BadRequest("invalid cursor", code="invalid_cursor")
-            items, nxt = await graph(request).edges(request.path_params["username"], direction, limit, after)
+            username = request.path_params["username"]
+            items, nxt = await graph(request).edges(username, direction, limit, after)
             if direction == "followers-active":
                 # A fan-out's page of recipients (inactive followers are not in it).
-                log.info("followers.page", author=request.path_params["username"], followers=len(items), more=nxt is not None)
-            return json_response({"items": [edge_json(e) for e in items], "next": nxt})
+                log.info("followers.page", author=username, followers=len(items), more=nxt is not None)
+            body: dict[str, Any] = {"items": [edge_json(e) for e in items], "next": nxt}
+            if request.query_params.get("counts") == "1":
+                # The fan-out's first page carries the author's follower count
+                # (large account? sliced?): one call instead of two.
+                body["followers_count"], body["following_count"] = await graph(request).follow_counts(username)
+            return json_response(body)
 
         return handler
 

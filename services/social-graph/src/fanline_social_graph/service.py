@@ -6,6 +6,7 @@ the rules (validation, hashing, who may do what) and knows nothing of HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from collections.abc import Sequence
@@ -89,8 +90,15 @@ class SocialGraph:
         metrics.USERS_CREATED.inc()
         return user
 
+    async def _user(self, username: str) -> User | None:
+        return await self._storage.users.get(username) if is_valid_username(username) else None
+
+    async def follow_counts(self, username: str) -> tuple[int, int]:
+        """``(followers_count, following_count)`` of a user (0, 0 if unknown)."""
+        return (await self._storage.follows.counts([username])).get(canonical(username), (0, 0))
+
     async def profile(self, username: str) -> dict[str, Any]:
-        user = await self._storage.users.get(username) if is_valid_username(username) else None
+        user = await self._user(username)
         if user is None:
             raise NotFound(f"no user named '{username}'", code="user_not_found")
         return (await self._with_counts([user]))[0]
@@ -219,14 +227,16 @@ class SocialGraph:
 
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> tuple[list[Edge], str | None]:
         """One page of following/followers and the ``after`` of the next page."""
-        await self.profile(username)  # 404 for unknown users
         repo = self._storage.follows
         fetch = {
             "following": repo.following,
             "followers": repo.followers,
             "followers-active": self._storage.activity.active_followers,
         }[direction]
-        items = await fetch(username, limit + 1, after)
+        # The page is read beside the existence check (404 for unknown users).
+        user, items = await asyncio.gather(self._user(username), fetch(username, limit + 1, after))
+        if user is None:
+            raise NotFound(f"no user named '{username}'", code="user_not_found")
         page, more = items[:limit], len(items) > limit
         return page, (canonical(page[-1].username) if more and page else None)
 

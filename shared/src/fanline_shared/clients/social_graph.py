@@ -82,13 +82,19 @@ class SocialGraphClient(PeerClient):
         body = await self.call("POST", f"/internal/users/{follower}/following/{followee}/reconcile", operation="reconcile_follow")
         return bool(body["following"])
 
-    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+    async def edges(
+        self, username: str, direction: str, limit: int, after: str | None, *, counts: bool = False
+    ) -> dict[str, Any]:
         """``direction`` is "following", "followers" or "followers-active"
         (followers who are active: the ones the fan-out writes to); returns
-        items and next."""
+        items and next, and with ``counts`` also the user's
+        ``followers_count`` and ``following_count`` (absent from a
+        social-graph that predates them)."""
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
+        if counts:
+            params["counts"] = 1
         return await self.call("GET", f"/internal/users/{username}/{direction}", operation=direction, params=params)
 
     async def following_all(self, username: str, page_size: int = 1000) -> list[str]:
