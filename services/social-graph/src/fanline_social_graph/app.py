@@ -27,7 +27,7 @@ from . import __version__
 from .adapters import SocialGraphStorage, build_storage
 from .config import Settings
 from .hashing import Argon2Budget, slots_for
-from .service import SocialGraph, edge_json
+from .service import SocialGraph, edges_json
 
 SERVICE = Settings.SERVICE
 log = get_logger(__name__)
@@ -152,7 +152,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             if direction == "followers-active":
                 # A fan-out's page of recipients (inactive followers are not in it).
                 log.info("followers.page", author=username, followers=len(items), more=nxt is not None)
-            body: dict[str, Any] = {"items": [edge_json(e) for e in items], "next": nxt}
+            body: dict[str, Any] = {"items": edges_json(items), "next": nxt}
             if request.query_params.get("counts") == "1":
                 # The fan-out's first page carries the author's follower count
                 # (large account? sliced?): one call instead of two.

@@ -245,4 +245,17 @@ def edge_json(edge: Edge) -> dict[str, str]:
     return {"username": edge.username, "since": to_rfc3339(edge.since)}
 
 
-__all__ = ["SocialGraph", "VerifiedSession", "datetime", "edge_json", "token_hash"]
+def edges_json(edges: list[Edge]) -> list[dict[str, str]]:
+    """``edge_json`` of a page, each distinct ``since`` formatted once: a
+    fan-out page (up to 1,000 followers) carries one constant instant."""
+    stamps: dict[datetime, str] = {}
+    out = []
+    for edge in edges:
+        since = stamps.get(edge.since)
+        if since is None:
+            since = stamps[edge.since] = to_rfc3339(edge.since)
+        out.append({"username": edge.username, "since": since})
+    return out
+
+
+__all__ = ["SocialGraph", "VerifiedSession", "datetime", "edge_json", "edges_json", "token_hash"]
