@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from fanline_shared import events
 from fanline_shared.domain import Session, utcnow
 from fanline_social_graph.adapters import SocialGraphStorage
 
@@ -65,3 +66,16 @@ async def test_revoke_makes_token_unusable_at_once(social_graph: SocialGraphStor
 
 async def test_revoking_unknown_token_is_ignored(social_graph: SocialGraphStorage) -> None:
     await social_graph.sessions.revoke(token())
+
+
+async def test_revoke_stores_its_event_in_the_outbox(social_graph: SocialGraphStorage, names: Names) -> None:
+    """The SessionRevoked event that tells the gateways to drop their cached
+    verifications is in the outbox once the token is refused."""
+    t, name = token(), names.user()
+    await social_graph.sessions.create(t, name, utcnow() + timedelta(hours=1))
+    event = events.session_revoked(name)
+    await social_graph.sessions.revoke(t, event)
+    assert await social_graph.sessions.get(t) is None
+    pending = await social_graph.outbox.pending(utcnow() + timedelta(seconds=1), 10_000)
+    assert event.id in {e.id for e in pending}
+    await social_graph.outbox.ack([event.id])

@@ -94,3 +94,19 @@ def test_rfc3339_is_utc_with_microseconds() -> None:
     when = datetime(2026, 11, 22, 10, 15, 30, 123456, tzinfo=UTC)
     assert domain.to_rfc3339(when) == "2026-11-22T10:15:30.123456Z"
     assert domain.parse_rfc3339("2026-11-22T10:15:30.123456Z") == when
+
+
+def test_timeuuid_rfc3339_matches_the_datetime_path() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from fanline_shared.domain import new_timeuuid, timeuuid_rfc3339, timeuuid_time, to_rfc3339
+
+    start = datetime(2026, 11, 26, 23, 59, 59, 999_999, tzinfo=UTC)
+    moments = [start + timedelta(microseconds=n) for n in (0, 1, 2, 1_000_001)]
+    moments += [datetime(1970, 1, 1, tzinfo=UTC), datetime(2000, 2, 29, 12, 0, 0, 500, tzinfo=UTC)]
+    for moment in moments:
+        tid = new_timeuuid(moment)
+        assert timeuuid_rfc3339(tid) == to_rfc3339(timeuuid_time(tid))
+    assert timeuuid_rfc3339(new_timeuuid(start)) == "2026-11-26T23:59:59.999999Z"
+    now = new_timeuuid()
+    assert timeuuid_rfc3339(now) == to_rfc3339(timeuuid_time(now))

@@ -31,8 +31,11 @@ TWEET = "6c4f2a1e-cb5a-11f1-8000-0242ac120002"
 class Social(FakeSocial):
     """Names as social-graph treats them (case-insensitive), with profiles."""
 
-    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
-        return await super().edges(username.lower(), direction, limit, after.lower() if after else None)
+    async def edges(
+        self, username: str, direction: str, limit: int, after: str | None, *, counts: bool = False
+    ) -> dict[str, Any]:
+        lower = after.lower() if after else None
+        return await super().edges(username.lower(), direction, limit, lower, counts=counts)
 
     async def is_following(self, follower: str, followee: str) -> bool:
         return await super().is_following(follower.lower(), followee.lower())

@@ -25,13 +25,19 @@ class FakeSocial:
         self.following: set[tuple[str, str]] = set()
         self.pages_served = 0
 
-    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+    async def edges(
+        self, username: str, direction: str, limit: int, after: str | None, *, counts: bool = False
+    ) -> dict[str, Any]:
         names = sorted(self.followers.get(username, []))
         start = names.index(after) + 1 if after else 0
         page = names[start : start + limit]
         self.pages_served += 1
         nxt = page[-1] if start + limit < len(names) else None
-        return {"items": [{"username": n, "since": "x"} for n in page], "next": nxt}
+        return {"items": [{"username": n, "since": "x"} for n in page], "next": nxt, **self._counts(username, counts)}
+
+    def _counts(self, username: str, asked: bool) -> dict[str, int]:
+        """social-graph's counts beside a page, when asked."""
+        return {"followers_count": len(self.followers.get(username, [])), "following_count": 0} if asked else {}
 
     async def is_following(self, follower: str, followee: str) -> bool:
         return (follower, followee) in self.following
@@ -226,10 +232,20 @@ async def test_a_dead_letter_that_cannot_be_written_is_retried_not_lost(monkeypa
 
 
 class CountingSocial(FakeSocial):
+    user_lookups = 0
+
     async def get_user(self, username: str) -> dict[str, Any]:
+        self.user_lookups += 1
         if username not in self.followers:
             raise NotFound("no such user", code="user_not_found")
         return {"username": username, "followers_count": len(self.followers[username])}
+
+
+class LegacyCountingSocial(CountingSocial):
+    """A social-graph that predates the counts beside a page: asked apart."""
+
+    def _counts(self, username: str, asked: bool) -> dict[str, int]:
+        return {}
 
 
 class RegisteringTweets(FakeTweets):
@@ -241,8 +257,10 @@ class RegisteringTweets(FakeTweets):
         self.registered.append(author)
 
 
-def make_hybrid(followers: int, threshold: int) -> tuple[FanoutHandlers, CountingSocial, RegisteringTweets]:
-    social = CountingSocial({"star": [f"f{i:05d}" for i in range(followers)]})
+def make_hybrid(
+    followers: int, threshold: int, social_kind: type[CountingSocial] = CountingSocial
+) -> tuple[FanoutHandlers, CountingSocial, RegisteringTweets]:
+    social = social_kind({"star": [f"f{i:05d}" for i in range(followers)]})
     tweets = RegisteringTweets()
     handlers = FanoutHandlers(
         social,
@@ -254,12 +272,17 @@ def make_hybrid(followers: int, threshold: int) -> tuple[FanoutHandlers, Countin
     return handlers, social, tweets
 
 
+@pytest.mark.parametrize("social_kind", [CountingSocial, LegacyCountingSocial], ids=["count-with-page", "count-apart"])
 @pytest.mark.parametrize(("followers", "large"), [(9, False), (10, True), (500, True)])
-async def test_authors_at_the_threshold_are_registered_not_fanned_out(followers: int, large: bool) -> None:
-    handlers, _social, tweets = make_hybrid(followers, threshold=10)
+async def test_authors_at_the_threshold_are_registered_not_fanned_out(
+    followers: int, large: bool, social_kind: type[CountingSocial]
+) -> None:
+    handlers, social, tweets = make_hybrid(followers, threshold=10, social_kind=social_kind)
     tid = new_timeuuid()
     tweets.tweets.add(str(tid))
     await handlers.apply(events.decode(events.tweet_created(tid, "star", utcnow()).payload))
+    # The count comes with the first page; only an older social-graph is asked apart.
+    assert social.user_lookups == (1 if social_kind is LegacyCountingSocial else 0)
     owners_with_row = {o for o, ids in tweets.rows.items() if str(tid) in ids}
     if large:
         assert tweets.registered == ["star"]
@@ -297,12 +320,15 @@ class ActiveSocial(FakeSocial):
     async def get_user(self, username: str) -> dict[str, Any]:
         return {"username": username, "followers_count": len(self.followers.get(username, []))}
 
-    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+    async def edges(
+        self, username: str, direction: str, limit: int, after: str | None, *, counts: bool = False
+    ) -> dict[str, Any]:
         names = sorted(self.followers.get(username, []))
         rest = [n for n in names if after is None or n > after]
         page = rest[:limit]
         self.pages_served += 1
-        return {"items": [{"username": n, "since": "x"} for n in page], "next": page[-1] if len(rest) > limit else None}
+        nxt = page[-1] if len(rest) > limit else None
+        return {"items": [{"username": n, "since": "x"} for n in page], "next": nxt, **self._counts(username, counts)}
 
 
 def make_chunked(followers: int, chunk: int) -> tuple[FanoutHandlers, ActiveSocial, FakeTweets, list[Any]]:

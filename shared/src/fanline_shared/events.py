@@ -60,6 +60,13 @@ class FollowData(_Data):
     followee: str
 
 
+class SessionRevokedData(_Data):
+    """A session of ``username`` was revoked (log-out): gateways drop their
+    cached verifications of that user's tokens (``fanline_api.sessions``)."""
+
+    username: str
+
+
 class FanoutChunkData(_Data):
     """The rest of one tweet's fan-out: active followers after ``after``."""
 
@@ -103,6 +110,14 @@ class Unfollowed(_Envelope):
     data: FollowData
 
 
+class SessionRevoked(_Envelope):
+    """Not about timelines: the fan-out worker acknowledges it and does
+    nothing; every gateway's event tap evicts the user's cached sessions."""
+
+    type: Literal["SessionRevoked"]
+    data: SessionRevokedData
+
+
 class FanoutChunk(_Envelope):
     """Internal to the fan-out worker, on its chunks topic (never on the
     events topic): one independently scheduled slice of a large fan-out."""
@@ -111,7 +126,7 @@ class FanoutChunk(_Envelope):
     data: FanoutChunkData
 
 
-Event = Annotated[TweetCreated | TweetDeleted | Followed | Unfollowed | FanoutChunk, Field(discriminator="type")]
+Event = Annotated[TweetCreated | TweetDeleted | Followed | Unfollowed | SessionRevoked | FanoutChunk, Field(discriminator="type")]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
@@ -165,6 +180,10 @@ def fanout_chunk(tweet_id: uuid.UUID, author: str, created_at: datetime, after: 
         f"{tweet_id}:{after}",
         {"tweet_id": str(tweet_id), "author": author, "created_at": to_rfc3339(created_at), "after": after},
     )
+
+
+def session_revoked(username: str) -> OutboxEvent:
+    return _envelope("SessionRevoked", username.lower(), {"username": username})
 
 
 def followed(follower: str, followee: str) -> OutboxEvent:

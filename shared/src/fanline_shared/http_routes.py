@@ -48,8 +48,12 @@ def error_response(error: DomainError) -> Response:
 def route(service: str, path: str, handler: Handler, methods: list[str], name: str | None = None) -> Route:
     """A Starlette route whose handler is timed, counted and error-mapped.
 
-    Metrics are labelled by the path *template* so cardinality stays bounded.
+    Metrics are labelled by the path *template* so cardinality stays bounded;
+    their label children are resolved once per method (and status), not per
+    request (``labels()`` validates and locks on every call).
     """
+    latency: dict[str, Any] = {}
+    counts: dict[tuple[str, int], Any] = {}
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
@@ -66,8 +70,15 @@ def route(service: str, path: str, handler: Handler, methods: list[str], name: s
             log.exception("unhandled error on %s %s", request.method, path)
             response = json_response(error_body("internal", "internal error"), 500)
         elapsed = time.perf_counter() - started
-        metrics.HTTP_LATENCY.labels(service, request.method, path).observe(elapsed)
-        metrics.HTTP_REQUESTS.labels(service, request.method, path, str(response.status_code)).inc()
+        method, status = request.method, response.status_code
+        observer = latency.get(method)
+        if observer is None:
+            observer = latency[method] = metrics.HTTP_LATENCY.labels(service, method, path)
+        observer.observe(elapsed)
+        counter = counts.get((method, status))
+        if counter is None:
+            counter = counts[method, status] = metrics.HTTP_REQUESTS.labels(service, method, path, str(status))
+        counter.inc()
         return response
 
     return Route(path, endpoint, methods=methods, name=name)

@@ -203,6 +203,11 @@ KAFKA_UNDER_MIN_ISR = Gauge(
 TWEET_CACHE_LOOKUPS = Counter(
     "fanline_tweet_cache_lookups_total", "Tweets looked up in tweet-store's hydration cache, by result", ["result"]
 )
+SESSION_CACHE_LOOKUPS = Counter(
+    "fanline_session_cache_lookups_total",
+    "Token verifications at the gateway, by result (hit: reused; miss: asked social-graph; off: not serving)",
+    ["result"],
+)
 # --- home timelines: hybrid read and cap (tweet-store) --------------------------
 HOME_MERGED_ACCOUNTS = Histogram(
     "fanline_home_merged_accounts",

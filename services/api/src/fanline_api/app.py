@@ -39,6 +39,7 @@ from .mastodon.cors import ApiCorsMiddleware
 from .mastodon.routes import routes as mastodon_routes
 from .openapi import openapi_document
 from .ratelimit import ADDRESS_STATE, Limiter, LoginGuard, RateLimitMiddleware
+from .sessions import SessionCache
 from .stream_events import EventTap
 from .stream_hub import Hub
 from .v1 import v1_page, v1_tweet, v1_user
@@ -197,6 +198,7 @@ def create_app(settings: Settings) -> Starlette:
             # One relay per outbox across the replicas (the rest stand by).
             lease_ttl_s=settings.relay_lease_s,
         )
+        sessions = SessionCache(social.grant, settings.session_cache_s)
         app.state.gateway = Gateway(
             social,
             tweets,
@@ -204,15 +206,18 @@ def create_app(settings: Settings) -> Starlette:
             relay,
             CursorCodec(settings.cursor_secret),
             logins,
+            sessions,
             accounts=AccountCache(social, tweets, ttl_s=settings.account_cache_s),
             registrations=settings.registrations,
         )
-        # Live streams (stream_hub.py, stream_events.py): every replica taps the whole events topic.
+        # Live streams (stream_hub.py) and revocations of cached sessions (sessions.py):
+        # every replica taps the whole events topic (stream_events.py).
         hub = Hub(settings.live, social, tweets) if settings.live.enabled else None
-        tap = EventTap(settings.kafka, hub) if hub is not None else None
+        tap = EventTap(settings.kafka, hub, sessions if sessions.enabled else None)
         app.state.hub = hub
-        if hub is not None and tap is not None:
+        if hub is not None:
             hub.start()
+        if hub is not None or sessions.enabled:
             tap.start()
         metrics.set_build_info(SERVICE, __version__)
         topics_task = asyncio.create_task(_ensure_topics(settings)) if settings.ensure_topics else None
@@ -222,8 +227,8 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             if topics_task is not None:
                 topics_task.cancel()
-            if hub is not None and tap is not None:
-                await tap.stop()
+            await tap.stop()
+            if hub is not None:
                 await hub.close_all()
             await app.state.gateway.drain(settings.kafka.request_timeout_s)
             await relay.stop()

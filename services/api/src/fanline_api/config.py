@@ -24,6 +24,7 @@ from fanline_shared.policies import (
 )
 
 from .ratelimit import RateLimitSettings
+from .sessions import DEFAULT_MAX_AGE_S as DEFAULT_SESSION_CACHE_S
 
 # Only for laptops and tests: production must set FANLINE_CURSOR_SECRET (the
 # same value on every gateway replica) so cursors verify across replicas.
@@ -94,6 +95,7 @@ class Settings:
     public_url: str | None = None
     registrations: bool = True  # FANLINE_REGISTRATIONS: may anyone sign up?
     account_cache_s: float = 5.0  # how old the counts shown in a status's account may be
+    session_cache_s: float = DEFAULT_SESSION_CACHE_S
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
@@ -122,5 +124,6 @@ class Settings:
             public_url=public_url(env),
             registrations=env.boolean("FANLINE_REGISTRATIONS", True),
             account_cache_s=env.number("FANLINE_ACCOUNT_CACHE_S", 5.0),
+            session_cache_s=env.number("FANLINE_SESSION_CACHE_S", DEFAULT_SESSION_CACHE_S),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )

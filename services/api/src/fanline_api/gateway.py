@@ -35,6 +35,7 @@ from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_sin
 from .gateway_accounts import AccountCases
 from .principal import NotAUser, Principal
 from .ratelimit import LoginGuard
+from .sessions import SessionCache
 
 log = get_logger(__name__)
 
@@ -64,6 +65,7 @@ class Gateway(AccountCases):
         relay: OutboxRelay,
         cursors: CursorCodec,
         logins: LoginGuard | None = None,
+        sessions: SessionCache | None = None,
         *,
         accounts: AccountCache | None = None,
         registrations: bool = True,
@@ -74,6 +76,8 @@ class Gateway(AccountCases):
         # Whether anyone may sign up (/v1/users, the web page, /api/v1/accounts).
         self.registrations = registrations
         self.social = social
+        # Verified tokens (sessions.py); without one, every request asks social-graph.
+        self.sessions = sessions if sessions is not None else SessionCache(lambda t: self.social.grant(t), 0)
         self.tweets = tweets
         self.publisher = publisher
         self.relay = relay
@@ -171,7 +175,7 @@ class Gateway(AccountCases):
 
     async def principal(self, authorization: str | None) -> Principal:
         """Whose the token is (a user, or an app), with its scopes; or ``Unauthorized``."""
-        return Principal.from_grant(await self.social.grant(self.bearer(authorization)))
+        return Principal.from_grant(await self.sessions.lookup(self.bearer(authorization)))
 
     async def signed_in(self, authorization: str | None, need: tuple[str, ...] | None = None) -> Principal:
         """A user's token (``Unauthorized`` for an app token, ``NotAUser`` on
@@ -199,7 +203,11 @@ class Gateway(AccountCases):
         return token
 
     async def logout(self, authorization: str | None) -> None:
-        await self.social.logout(self.bearer(authorization))
+        token = self.bearer(authorization)
+        revoked = await self.social.logout(token)
+        self.sessions.forget(token)  # refused here from now on; elsewhere once the event arrives
+        if revoked is not None:
+            self._publish("social-graph", revoked["event"])
 
     # --- social graph ---------------------------------------------------------------
 
@@ -269,10 +277,12 @@ class Gateway(AccountCases):
             assert owner is not None
             if not is_valid_username(owner):
                 raise _user_not_found(owner)
-            # The user must exist (404), checked alongside the slice.
-            _, page = await asyncio.gather(
-                self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before, since, sids=sids)
-            )
+            # The user must exist (404). Only users write tweets and users are
+            # never deleted, so a page with a tweet proves it: social-graph is
+            # asked only when the page is empty.
+            page = await self.tweets.timeline(kind, owner, limit, before, since, sids=sids)
+            if not page["items"]:
+                await self.social.get_user(owner)
         else:
             page = await self.tweets.timeline(kind, owner, limit, before, since, sids=sids)
         return self._page(cursor_kind, page, since)
@@ -303,22 +313,24 @@ class Gateway(AccountCases):
         clients), so the timeline slice is read *while* the token is verified
         instead of after it: the read costs one round trip less. The page is
         returned only if verification succeeds and names the same user (and
-        its scopes admit reading statuses). ``sids``: Mastodon's bounds
-        (max_sid, since_sid, min_sid) instead of a cursor."""
+        its scopes admit reading statuses). A token verified a moment ago
+        (``sessions.py``) costs no round trip: the page is then the only call.
+        ``sids``: Mastodon's bounds (max_sid, since_sid, min_sid) instead of a
+        cursor."""
         token = self.bearer(authorization)
         try:
             since = validate_since_id(since_id)
             before, carried = decode_timeline(self.cursors, "tl:home", cursor)
             since = carried or since
         except (BadRequest, InvalidInput):
-            await self.social.authenticate(token)  # a bad token is reported first
+            await self.sessions.lookup(token)  # a bad token is reported first
             raise
 
         async def verify() -> Principal:
             return await self.signed_in(f"Bearer {token}", scope_rules.READ_STATUSES)
 
         claimed, dot, _ = token.partition(".")
-        if not (dot and is_valid_username(claimed)):
+        if not (dot and is_valid_username(claimed)) or self.sessions.has(token):
             who = await verify()
             page = await self.tweets.timeline("home", who.username, limit, before, since, sids=sids)
         else:

@@ -19,6 +19,7 @@ from fanline_shared.errors import BadRequest, Forbidden, InvalidInput, NotFound,
 from .accounts import AccountCache, Profile
 from .principal import Principal
 from .ratelimit import LoginGuard
+from .sessions import SessionCache
 
 # The grants /oauth/token serves (and the authorization server metadata lists).
 GRANT_TYPES = ("authorization_code", "password", "client_credentials")
@@ -34,6 +35,7 @@ class AccountCases:
     logins: LoginGuard | None
     accounts: AccountCache
     registrations: bool
+    sessions: SessionCache
 
     def _publish(self, source: str, event_json: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -133,6 +135,9 @@ class AccountCases:
 
     async def revoke(self, fields: dict[str, Any]) -> None:
         await self.social.oauth("revoke", fields)
+        # Refused here from now on; on other gateways once the SessionRevoked
+        # event social-graph stored with the revocation reaches them.
+        self.sessions.forget(str(fields.get("token") or ""))
 
     async def register_account(self, who: Principal, fields: dict[str, Any]) -> dict[str, Any]:
         """``POST /api/v1/accounts`` with an app's token: sign up (email

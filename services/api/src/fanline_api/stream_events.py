@@ -1,4 +1,5 @@
-"""Every gateway replica's view of the events topic, for live streams.
+"""Every gateway replica's view of the events topic, for live streams and
+for the revocations of cached sessions (``sessions.py``).
 
 One aiokafka consumer per gateway process, *without* a consumer group: it is
 assigned every partition and starts at their end, so each replica sees every
@@ -20,8 +21,9 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from fanline_shared.config import KafkaSettings
-from fanline_shared.events import Event, InvalidEvent, decode
+from fanline_shared.events import Event, InvalidEvent, SessionRevoked, decode
 
+from .sessions import SessionCache
 from .stream_hub import Hub
 
 log = logging.getLogger(__name__)
@@ -31,9 +33,13 @@ MAX_RECORDS = 500
 
 
 class EventTap:
-    def __init__(self, kafka: KafkaSettings, hub: Hub) -> None:
+    """Feeds ``hub`` (live streams, if on) and ``sessions`` (the session
+    cache: ``SessionRevoked`` events, and whether they can arrive at all)."""
+
+    def __init__(self, kafka: KafkaSettings, hub: Hub | None, sessions: SessionCache | None = None) -> None:
         self._kafka = kafka
         self._hub = hub
+        self._sessions = sessions
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()  # set once partitions are assigned and positioned
 
@@ -69,6 +75,8 @@ class EventTap:
             except Exception:  # a routing bug must not end live updates for good
                 log.exception("live event tap failed; retrying in %.0f s", RETRY_S)
             finally:
+                if self._sessions is not None:
+                    self._sessions.disconnected()
                 with contextlib.suppress(Exception):
                     await consumer.stop()
             self.ready.clear()
@@ -86,16 +94,23 @@ class EventTap:
     async def _consume(self, consumer: AIOKafkaConsumer) -> None:
         while True:
             batches = await consumer.getmany(timeout_ms=1000, max_records=MAX_RECORDS)
-            if consumer.assignment():
+            if consumer.assignment() and not self.ready.is_set():
                 self.ready.set()
+                if self._sessions is not None:
+                    self._sessions.connected()
             events: list[Event] = []
             for records in batches.values():
                 for record in records:
                     if record.value is None:
                         continue
                     try:
-                        events.append(decode(record.value))
+                        event = decode(record.value)
                     except InvalidEvent:
                         continue  # the worker dead-letters it; a stream just skips it
-            if events:
+                    if isinstance(event, SessionRevoked):
+                        if self._sessions is not None:
+                            self._sessions.revoked(event.data.username)
+                    else:
+                        events.append(event)
+            if events and self._hub is not None:
                 await self._hub.dispatch(events)

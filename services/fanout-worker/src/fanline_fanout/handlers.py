@@ -17,6 +17,7 @@ a newer one) cannot resurrect what was undone:
   rows that were never written would only leave tombstones).
 * Followed — if still following: merge the author's recent tweets.
 * Unfollowed — if not following again: purge the author's tweets.
+* SessionRevoked — nothing (it is for the gateways' session caches).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 from fanline_shared import events, metrics
 from fanline_shared.clients.social_graph import SocialGraphClient
@@ -84,6 +86,18 @@ class FanoutHandlers:
             return None
         return int(profile.get("followers_count", 0))
 
+    async def _count_of(self, author: str, first: Awaitable[dict[str, Any]]) -> int | None:
+        """``_follower_count``, from the first page of followers when it
+        carries it (one call instead of two)."""
+        if self._large_threshold is None and self._chunk is None:
+            return None
+        try:
+            page = await first
+        except NotFound:
+            return None  # no such author: the paging stops at once too
+        count = page.get("followers_count")
+        return int(count) if count is not None else await self._follower_count(author)
+
     def _large(self, followers: int | None) -> bool:
         return self._large_threshold is not None and followers is not None and followers >= self._large_threshold
 
@@ -112,18 +126,21 @@ class FanoutHandlers:
             await self.unfollowed(event)
         elif isinstance(event, FanoutChunk):
             await self.fanout_chunk(event)
+        # SessionRevoked: for the gateways' session caches; no timeline changes.
 
     async def tweet_created(self, event: TweetCreated) -> None:
         data = event.data
         tweet_id = str(data.tweet_id)
         # The first page of followers is read while the tweet is checked, and
         # the author's own row goes with it: two round trips fewer per tweet,
-        # during which the fan-out would write nothing.
+        # during which the fan-out would write nothing. The page also carries
+        # the author's follower count, when something depends on it.
         # Only active followers: the others are skipped by the index itself
         # and get their timeline regenerated when they come back.
-        first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None))
+        counted = self._large_threshold is not None or self._chunk is not None
+        first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None, counts=counted))
         try:
-            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._follower_count(data.author))
+            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._count_of(data.author, first))
             # The stored tweet is the truth: an event naming another author
             # (forged, or corrupted) would put the tweet in the wrong
             # followers' timelines. Dropped, logged and counted.

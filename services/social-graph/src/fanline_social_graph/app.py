@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.profiles import RFC_9106_LOW_MEMORY
@@ -28,7 +29,7 @@ from .config import Settings
 from .hashing import Argon2Budget, slots_for
 from .oauth import OAuth
 from .oauth_routes import oauth_routes
-from .service import SocialGraph, edge_json
+from .service import SocialGraph, edges_json
 
 SERVICE = Settings.SERVICE
 log = get_logger(__name__)
@@ -114,14 +115,17 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response(await graph(request).login(body.get("username"), body.get("password")))
 
     async def current_session(request: Request) -> Response:
-        grant, returned_at = await graph(request).grant(_bearer(request))
+        s = await graph(request).session(_bearer(request))
+        grant = s.grant
         return json_response(
             {
                 "username": grant.username,
-                "returned_at": to_rfc3339(returned_at) if returned_at else None,
+                "returned_at": to_rfc3339(s.returned_at) if s.returned_at else None,
                 "scopes": grant.scopes,
                 "client_id": grant.client_id,
                 "kind": grant.kind,
+                "expires_at": to_rfc3339(grant.expires_at) if grant.expires_at else None,
+                "cache_s": s.cache_s,
             }
         )
 
@@ -140,8 +144,8 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response({"items": await graph(request).relationships(actor, [str(t) for t in targets])})
 
     async def logout(request: Request) -> Response:
-        await graph(request).logout(_bearer(request))
-        return Response(status_code=204)
+        event = await graph(request).logout(_bearer(request))
+        return json_response({"event": event_to_json(event)})
 
     async def follow(request: Request) -> Response:
         p = request.path_params
@@ -169,11 +173,17 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
             after = request.query_params.get("after") or None
             if after is not None and len(after) > 15:
                 raise BadRequest("invalid cursor", code="invalid_cursor")
-            items, nxt = await graph(request).edges(request.path_params["username"], direction, limit, after)
+            username = request.path_params["username"]
+            items, nxt = await graph(request).edges(username, direction, limit, after)
             if direction == "followers-active":
                 # A fan-out's page of recipients (inactive followers are not in it).
-                log.info("followers.page", author=request.path_params["username"], followers=len(items), more=nxt is not None)
-            return json_response({"items": [edge_json(e) for e in items], "next": nxt})
+                log.info("followers.page", author=username, followers=len(items), more=nxt is not None)
+            body: dict[str, Any] = {"items": edges_json(items), "next": nxt}
+            if request.query_params.get("counts") == "1":
+                # The fan-out's first page carries the author's follower count
+                # (large account? sliced?): one call instead of two.
+                body["followers_count"], body["following_count"] = await graph(request).follow_counts(username)
+            return json_response(body)
 
         return handler
 

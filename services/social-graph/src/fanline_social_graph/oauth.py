@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from fanline_shared import events
 from fanline_shared import scopes as scope_rules
 from fanline_shared.domain import canonical, is_valid_username, to_rfc3339, utcnow
 from fanline_shared.errors import BadRequest, NotFound, Unauthorized
@@ -218,7 +219,10 @@ class OAuth:
             return
         session = await self._storage.sessions.get(token_hash(token))
         if session is not None and session.client_id == app.client_id:
-            await self._storage.sessions.revoke(token_hash(token))
+            # A user's token: the event tells every gateway to drop its cached
+            # verification (an app's own token is never cached).
+            event = events.session_revoked(session.username) if session.kind == "user" else None
+            await self._storage.sessions.revoke(token_hash(token), event)
 
 
 def _pkce_ok(grant: CodeGrant, verifier: str | None) -> bool:

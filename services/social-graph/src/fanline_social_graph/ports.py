@@ -93,8 +93,11 @@ class SessionRepository(Protocol):
     async def get(self, token_hash: str) -> Session | None:
         """The live session, or None if unknown, revoked or expired."""
 
-    async def revoke(self, token_hash: str) -> None:
-        """Make the token unusable at once. Unknown tokens are ignored."""
+    async def revoke(self, token_hash: str, event: OutboxEvent | None = None) -> None:
+        """Make the token unusable at once. Unknown tokens are ignored.
+        ``event`` (the ``SessionRevoked`` that tells the gateways to drop
+        their cached verifications) is appended to the outbox no later than
+        the session goes, as ``follow`` does with its event."""
 
 
 class FollowRepository(Protocol):

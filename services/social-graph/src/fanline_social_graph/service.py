@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,6 +41,23 @@ from .hashing import Argon2Budget
 # Verified against when the username is unknown, so a failed log-in takes the
 # same time whether or not the user exists.
 _DUMMY_PASSWORD = "not-a-real-password-" + secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedSession:
+    """A live token as the session lookup reports it: its grant (user or
+    app, scopes, app), when its user came back from inactivity, and
+    ``cache_s``: how long a gateway may reuse this answer without asking
+    again — the activity tracker's refresh period, so a user who keeps making
+    requests is still seen often enough to stay active (``activity.py``)."""
+
+    grant: Session
+    returned_at: datetime | None
+    cache_s: float
+
+    @property
+    def username(self) -> str:
+        return self.grant.username
 
 
 def token_hash(token: str) -> str:
@@ -83,8 +101,15 @@ class SocialGraph:
         metrics.USERS_CREATED.inc()
         return user
 
+    async def _user(self, username: str) -> User | None:
+        return await self._storage.users.get(username) if is_valid_username(username) else None
+
+    async def follow_counts(self, username: str) -> tuple[int, int]:
+        """``(followers_count, following_count)`` of a user (0, 0 if unknown)."""
+        return (await self._storage.follows.counts([username])).get(canonical(username), (0, 0))
+
     async def profile(self, username: str) -> dict[str, Any]:
-        user = await self._storage.users.get(username) if is_valid_username(username) else None
+        user = await self._user(username)
         if user is None:
             raise NotFound(f"no user named '{username}'", code="user_not_found")
         return (await self._with_counts([user]))[0]
@@ -194,30 +219,30 @@ class SocialGraph:
         return token, expires_at
 
     async def authenticate(self, token: str | None) -> str:
-        return (await self.session(token))[0]
+        return (await self.session(token)).username
 
-    async def session(self, token: str | None) -> tuple[str, datetime | None]:
-        """The token's user — an authenticated request, so they are active —
-        and when they came back from inactivity (within the last day), if so."""
-        grant, returned_at = await self.grant(token)
-        return grant.username, returned_at
-
-    async def grant(self, token: str | None) -> tuple[Session, datetime | None]:
-        """The token's whole grant (user or app, scopes, app) and, for a
-        user, when they came back from inactivity (see ``session``)."""
+    async def session(self, token: str | None) -> VerifiedSession:
+        """The token's grant — an authenticated request, so its user is
+        active — and, for a user, when they came back from inactivity (within
+        the last day), if so."""
         if not token or len(token) > 200:
             raise Unauthorized("missing or malformed token", code="unauthorized")
         session = await self._storage.sessions.get(token_hash(token))
         if session is None:
             raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
         if session.kind == "app":
-            return session, None
-        return session, await self.activity.seen(session.username)
+            return VerifiedSession(session, None, self.activity.refresh_s)
+        returned_at = await self.activity.seen(session.username)
+        return VerifiedSession(session, returned_at, self.activity.refresh_s)
 
-    async def logout(self, token: str | None) -> None:
-        await self.grant(token)
+    async def logout(self, token: str | None) -> OutboxEvent:
+        """Revoke the token; the ``SessionRevoked`` event stored with it tells
+        every gateway to drop its cached verifications of the user's tokens."""
+        username = await self.authenticate(token)
         assert token is not None
-        await self._storage.sessions.revoke(token_hash(token))
+        event = events.session_revoked(username)
+        await self._storage.sessions.revoke(token_hash(token), event)
+        return event
 
     async def relationships(self, actor: str, targets: Sequence[str]) -> list[dict[str, Any]]:
         """Whether ``actor`` follows each target and each target ``actor``."""
@@ -267,14 +292,16 @@ class SocialGraph:
 
     async def edges(self, username: str, direction: str, limit: int, after: str | None) -> tuple[list[Edge], str | None]:
         """One page of following/followers and the ``after`` of the next page."""
-        await self.profile(username)  # 404 for unknown users
         repo = self._storage.follows
         fetch = {
             "following": repo.following,
             "followers": repo.followers,
             "followers-active": self._storage.activity.active_followers,
         }[direction]
-        items = await fetch(username, limit + 1, after)
+        # The page is read beside the existence check (404 for unknown users).
+        user, items = await asyncio.gather(self._user(username), fetch(username, limit + 1, after))
+        if user is None:
+            raise NotFound(f"no user named '{username}'", code="user_not_found")
         page, more = items[:limit], len(items) > limit
         return page, (canonical(page[-1].username) if more and page else None)
 
@@ -283,4 +310,17 @@ def edge_json(edge: Edge) -> dict[str, str]:
     return {"username": edge.username, "since": to_rfc3339(edge.since)}
 
 
-__all__ = ["SocialGraph", "datetime", "edge_json", "token_hash"]
+def edges_json(edges: list[Edge]) -> list[dict[str, str]]:
+    """``edge_json`` of a page, each distinct ``since`` formatted once: a
+    fan-out page (up to 1,000 followers) carries one constant instant."""
+    stamps: dict[datetime, str] = {}
+    out = []
+    for edge in edges:
+        since = stamps.get(edge.since)
+        if since is None:
+            since = stamps[edge.since] = to_rfc3339(edge.since)
+        out.append({"username": edge.username, "since": since})
+    return out
+
+
+__all__ = ["SocialGraph", "VerifiedSession", "datetime", "edge_json", "edges_json", "token_hash"]

@@ -18,9 +18,9 @@ from fanline_shared.domain import (
     Tweet,
     canonical,
     new_timeuuid,
+    timeuuid_rfc3339,
     timeuuid_sort_key,
     timeuuid_time,
-    to_rfc3339,
     utcnow,
     validate_body,
     validate_username,
@@ -50,7 +50,7 @@ def tweet_json(tweet: Tweet) -> dict[str, Any]:
         "id": str(tweet.id),
         "username": tweet.username,
         "body": tweet.body,
-        "created_at": to_rfc3339(tweet.created_at),
+        "created_at": timeuuid_rfc3339(tweet.id),
         "sid": str(to_sid(tweet.id)),
     }
 

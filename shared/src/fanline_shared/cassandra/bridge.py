@@ -38,6 +38,15 @@ from .callbacks import _post, _release, _translate
 from .connection import Params, Row
 from .window import _Window
 
+_LATENCY: dict[str, Any] = {}  # statement name -> its label child, resolved once
+
+
+def _latency(name: str) -> Any:
+    found = _LATENCY.get(name)
+    if found is None:
+        found = _LATENCY[name] = metrics.CASSANDRA_LATENCY.labels(name)
+    return found
+
 
 class _Single:
     """One execution: gathers every page on the driver thread, then posts once."""
@@ -62,7 +71,7 @@ class _Single:
             return
         self.response = None  # see on_error
         _release(response)
-        metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
+        _latency(self.name).observe(time.perf_counter() - self.started)
         _post(self.loop, self.fut, self.rows, None)
 
     def on_error(self, exc: BaseException) -> None:
@@ -71,7 +80,7 @@ class _Single:
         if self.response is not None:
             _release(self.response)
         self.response = None
-        metrics.CASSANDRA_LATENCY.labels(self.name).observe(time.perf_counter() - self.started)
+        _latency(self.name).observe(time.perf_counter() - self.started)
         _post(self.loop, self.fut, None, _translate(exc, self.name))
 
 

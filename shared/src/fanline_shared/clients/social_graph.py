@@ -51,16 +51,24 @@ class SocialGraphClient(PeerClient):
         return str(body["username"]), body.get("returned_at")
 
     async def grant(self, token: str) -> dict[str, Any]:
-        """The token's whole grant: ``username`` ("" for an app's own token),
-        ``returned_at``, ``scopes``, ``client_id``, ``kind`` ("user" or
-        "app"); or ``Unauthorized``."""
-        body: dict[str, Any] = await self.call(
+        """social-graph's whole answer about a token (``Unauthorized`` if it
+        is not live): ``username`` ("" for an app's own token), ``kind``
+        ("user" or "app"), ``scopes``, ``client_id``, ``returned_at`` (RFC
+        3339 or null), ``expires_at`` (null: until revoked) and ``cache_s``
+        (how long the answer may be reused; absent from a social-graph that
+        predates it)."""
+        body = await self.call(
             "GET", "/internal/sessions/current", operation="authenticate", headers={"authorization": f"Bearer {token}"}
         )
-        return body
+        return dict(body)
 
-    async def logout(self, token: str) -> None:
-        await self.call("DELETE", "/internal/sessions/current", operation="logout", headers={"authorization": f"Bearer {token}"})
+    async def logout(self, token: str) -> dict[str, Any] | None:
+        """Revoke the token; the ``SessionRevoked`` event to publish (as
+        ``{"event": ...}``; None from a social-graph that predates it)."""
+        body = await self.call(
+            "DELETE", "/internal/sessions/current", operation="logout", headers={"authorization": f"Bearer {token}"}
+        )
+        return body if isinstance(body, dict) and "event" in body else None
 
     async def follow(self, follower: str, followee: str) -> dict[str, Any]:
         return await self.call("PUT", f"/internal/users/{follower}/following/{followee}", operation="follow")
@@ -78,13 +86,19 @@ class SocialGraphClient(PeerClient):
         body = await self.call("POST", f"/internal/users/{follower}/following/{followee}/reconcile", operation="reconcile_follow")
         return bool(body["following"])
 
-    async def edges(self, username: str, direction: str, limit: int, after: str | None) -> dict[str, Any]:
+    async def edges(
+        self, username: str, direction: str, limit: int, after: str | None, *, counts: bool = False
+    ) -> dict[str, Any]:
         """``direction`` is "following", "followers" or "followers-active"
         (followers who are active: the ones the fan-out writes to); returns
-        items and next."""
+        items and next, and with ``counts`` also the user's
+        ``followers_count`` and ``following_count`` (absent from a
+        social-graph that predates them)."""
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
+        if counts:
+            params["counts"] = 1
         return await self.call("GET", f"/internal/users/{username}/{direction}", operation=direction, params=params)
 
     # --- the Mastodon-compatible API (accounts by id, relationships, OAuth) ---------

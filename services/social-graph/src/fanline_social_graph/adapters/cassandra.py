@@ -40,6 +40,7 @@ from typing import Any
 from cassandra.cluster import Session
 
 from fanline_shared.cassandra import (
+    CassandraOutbox,
     Keyspace,
     Repository,
     execute,
@@ -51,8 +52,8 @@ from fanline_shared.cassandra import (
     ttl_until,
 )
 from fanline_shared.config import StorageSettings
+from fanline_shared.domain import OutboxEvent, User, canonical, utcnow
 from fanline_shared.domain import Session as UserSession
-from fanline_shared.domain import User, canonical, utcnow
 from fanline_shared.errors import Conflict
 from fanline_shared.scopes import FULL as FULL_SCOPES
 from fanline_shared.storage_service.schema import Migration
@@ -319,6 +320,10 @@ def _user(row: Any) -> User:
 
 
 class CassandraSessions(Repository):
+    def __init__(self, keyspace: Keyspace, outbox: CassandraOutbox) -> None:
+        super().__init__(keyspace)
+        self._outbox = outbox
+
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
         self._insert = prepare(
@@ -360,7 +365,9 @@ class CassandraSessions(Repository):
             return None
         return UserSession(row.username, expires_at, row.scopes or FULL_SCOPES, row.client_id, row.kind or "user")
 
-    async def revoke(self, token_hash: str) -> None:
+    async def revoke(self, token_hash: str, event: OutboxEvent | None = None) -> None:
+        if event is not None:  # the event first: a revocation never goes unannounced
+            await self._outbox.append(event)
         await execute(self._session, self._delete, (token_hash,), name="sessions_revoke")
 
 
@@ -393,7 +400,7 @@ def build(settings: StorageSettings) -> SocialGraphStorage:
     users = CassandraUsers(keyspace)
     return SocialGraphStorage(
         users=users,
-        sessions=CassandraSessions(keyspace),
+        sessions=CassandraSessions(keyspace, outbox),
         follows=CassandraFollows(keyspace, outbox),
         outbox=outbox,
         engine=CassandraEngine(keyspace, users),

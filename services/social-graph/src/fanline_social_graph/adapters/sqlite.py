@@ -316,10 +316,13 @@ class SqliteSessions:
 
         return await self.db.run(read, name="sessions_get", write=False)
 
-    async def revoke(self, token_hash: str) -> None:
-        await self.db.run(
-            lambda conn: conn.execute("DELETE FROM sessions WHERE token_hash = ?", (token_hash,)), name="sessions_revoke"
-        )
+    async def revoke(self, token_hash: str, event: OutboxEvent | None = None) -> None:
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM sessions WHERE token_hash = ?", (token_hash,))
+            if event is not None:  # in the same transaction
+                append_event(conn, event)
+
+        await self.db.run(delete, name="sessions_revoke")
 
 
 _BUMP = (
