@@ -32,6 +32,11 @@ from .hashing import Argon2Budget, slots_for
 from .service import SocialGraph, edge_json
 
 SERVICE = "social-graph"
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ()
 log = get_logger(__name__)
 INTERNAL_PAGE_MAX = 10_000  # the fan-out worker pages followers in big pages
 
@@ -172,6 +177,6 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE, internal_token=settings.internal_token)
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     return app
