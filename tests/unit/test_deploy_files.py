@@ -45,7 +45,7 @@ import pytest
 import yaml
 from jsonschema.validators import validator_for
 
-from fanline_shared.config import Env, KafkaSettings
+from fanline_shared.config import Env, HttpSettings, KafkaSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -85,6 +85,11 @@ class Service:
     @property
     def dockerfile(self) -> Path:
         return REPO / "services" / self.name / "Dockerfile"
+
+    @property
+    def metrics_port(self) -> int:
+        """Where it serves /metrics: its port + 50 unless set (``HttpSettings``)."""
+        return HttpSettings.from_env(Env({}), self.env_prefix, self.port).metrics_port
 
 
 SERVICES = (
@@ -556,7 +561,7 @@ def test_prometheus_discovers_every_replica_through_dns(svc: Service) -> None:
     (sd,) = job["dns_sd_configs"]
     assert sd["names"] == [svc.name]
     assert sd.get("type", "SRV") == "A", "compose's DNS answers A queries; SRV needs a port-less record"
-    assert sd["port"] == svc.port
+    assert sd["port"] == svc.metrics_port, "/metrics is served on the metrics port only"
     assert job.get("metrics_path", "/metrics") == "/metrics"
 
 
@@ -616,7 +621,8 @@ def test_dockerfile_healthcheck_probes_healthz_with_python(svc: Service) -> None
 @by_service
 def test_dockerfile_exposes_binds_and_starts_the_service(svc: Service) -> None:
     runtime = dockerfile_stages(svc.dockerfile)[-1]
-    assert [int(p.split("/")[0]) for args in runtime.args_of("EXPOSE") for p in args.split()] == [svc.port]
+    exposed = [int(p.split("/")[0]) for args in runtime.args_of("EXPOSE") for p in args.split()]
+    assert exposed == [svc.port, svc.metrics_port]
     env = runtime.env()
     assert env.get(f"FANLINE_{svc.env_prefix}_HOST") == "0.0.0.0", "bind all interfaces inside a container"
     assert env.get("PYTHONUNBUFFERED") == "1"

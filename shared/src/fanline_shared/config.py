@@ -240,18 +240,28 @@ class KafkaSettings:
         )
 
 
+# A service's metrics port, unless set: its HTTP port plus this (8000 -> 8050).
+METRICS_PORT_OFFSET = 50
+
+
 @dataclass(frozen=True)
 class HttpSettings:
-    """Where a service listens."""
+    """Where a service listens: ``port`` for its API, probes included, and
+    ``metrics_port`` for ``/metrics`` alone (Prometheus), which the API port
+    does not serve -- so a proxy or Ingress in front of the API exposes no
+    metrics, and a NetworkPolicy can admit Prometheus to that port only."""
 
     host: str
     port: int
+    metrics_port: int = 0
 
     @classmethod
     def from_env(cls, env: Env, prefix: str, default_port: int) -> HttpSettings:
+        port = env.integer(f"FANLINE_{prefix}_PORT", default_port, minimum=0)
         return cls(
             host=env.string(f"FANLINE_{prefix}_HOST", "127.0.0.1"),
-            port=env.integer(f"FANLINE_{prefix}_PORT", default_port, minimum=0),
+            port=port,
+            metrics_port=env.integer(f"FANLINE_{prefix}_METRICS_PORT", port + METRICS_PORT_OFFSET if port else 0, minimum=0),
         )
 
 

@@ -345,10 +345,12 @@ class EventPublisher:
         return done
 
     async def ping(self) -> None:
-        """Raise ``Unavailable`` unless a producer is connected (or can be) and
-        knows the events topic's partitions."""
+        """Raise ``Unavailable`` unless a producer is connected (or can be), a
+        broker answers a metadata request now (the producer's cached metadata
+        would hide an outage) and the events topic has partitions."""
         producer = await self._ensure()
         try:
+            await asyncio.wait_for(producer.client.fetch_all_metadata(), 3.0)
             await asyncio.wait_for(producer.partitions_for(self._settings.events_topic), 3.0)
         except (TimeoutError, KafkaError, OSError) as exc:
             raise Unavailable(f"kafka unavailable: {repr(exc)[: self._bounds.max_error_chars]}") from None

@@ -79,6 +79,9 @@ class Settings:
     rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
+    # /readyz fails while Kafka is down (FANLINE_READY_REQUIRES_KAFKA); by
+    # default it only reports Kafka as degraded: posts wait in the outbox.
+    ready_requires_kafka: bool = False
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
@@ -104,5 +107,6 @@ class Settings:
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True),
             ),
             live=LiveSettings.from_env(env),
+            ready_requires_kafka=env.boolean("FANLINE_READY_REQUIRES_KAFKA", False),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )

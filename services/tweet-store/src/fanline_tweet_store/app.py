@@ -20,13 +20,13 @@ from starlette.responses import Response
 from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
-from fanline_shared.errors import BadRequest, InvalidInput, NotFound, Overloaded
+from fanline_shared.errors import BadRequest, DomainError, InvalidInput, NotFound, Overloaded
 from fanline_shared.internal_auth import InternalAuthMiddleware
 from fanline_shared.logs import RequestIdMiddleware, get_logger
 from fanline_shared.outbox import outbox_routes
 from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, caller_budget_s, event_to_json
 from fanline_shared.policies import FANOUT_PAGE
-from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+from fanline_shared.web import EXCEPTION_HANDLERS, Degraded, json_response, ops_routes, read_json_object, route
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
@@ -40,6 +40,11 @@ from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
 
 SERVICE = "tweet-store"
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ("social-graph",)  # home reads: whom the reader follows
 log = get_logger(__name__)
 MAX_OWNERS_PER_CALL = 10_000
 
@@ -137,6 +142,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             on_done=lambda owner: cap.schedule([owner]),
         )
         app.state.storage = s
+        app.state.social = social
         app.state.cap = cap
         app.state.store = TweetStore(
             s,
@@ -277,6 +283,25 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     async def ping_storage() -> None:
         await app.state.storage.ping()
 
+    reached = {"social-graph": False}
+
+    async def check_social_graph() -> None:
+        """Home reads need social-graph (large accounts merged at read time,
+        reads past the stored rows, regeneration): a replica that has never
+        reached it -- a NetworkPolicy or a URL that is wrong -- is not ready,
+        so a rollout with that mistake stalls instead of serving home reads
+        that fail. Once reached, an outage of social-graph only marks this
+        replica degraded: tweets, userlines and the public timeline do not
+        need it, and taking every tweet-store out of its Service would turn
+        one service's outage into two (docs/operations.md, "Probes")."""
+        try:
+            await app.state.social.call("GET", "/healthz", operation="healthz", policy=None)
+        except DomainError as exc:
+            if reached["social-graph"]:
+                raise Degraded(exc.message) from None
+            raise
+        reached["social-graph"] = True
+
     routes = [
         route(SERVICE, "/internal/tweets", fg(create_tweet), ["POST"]),
         route(SERVICE, "/internal/tweets/{tweet_id}", fg(get_tweet), ["GET"]),
@@ -292,11 +317,11 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
         *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
-        *ops_routes(SERVICE, {"storage": ping_storage}),
+        *ops_routes(SERVICE, {"storage": ping_storage, "social-graph": check_social_graph}),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE, internal_token=settings.internal_token)
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app
