@@ -204,10 +204,13 @@ def test_every_service_is_a_deployment_with_a_service(overlay: str) -> None:
         assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
         c = container(deployment)
         assert c["image"].split("/")[-1].startswith(f"{name}:"), c["image"]
-        assert c["ports"] == [{"name": "http", "containerPort": port}]
+        metrics = port + METRICS_PORT_OFFSET
+        assert c["ports"] == [{"name": "http", "containerPort": port}, {"name": "metrics", "containerPort": metrics}]
         service = services[name]
         assert service["spec"]["selector"].items() <= labels.items(), f"service {name} selects no pod"
-        assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "http")]
+        ports = [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]]
+        # The worker's headless Service lists each replica for Prometheus' DNS discovery.
+        assert ports == ([(port, "http"), (metrics, "metrics")] if name == "fanout-worker" else [(port, "http")]), name
 
 
 @by_overlay
@@ -230,7 +233,7 @@ def test_probes_resources_and_hardening(overlay: str) -> None:
         }
         assert {"configMapRef": {"name": "fanline-config"}} in c["envFrom"]
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-        assert annotations["prometheus.io/port"] == str(SERVICES[name])
+        assert annotations["prometheus.io/port"] == str(SERVICES[name] + METRICS_PORT_OFFSET), "the metrics port"
 
 
 @by_overlay
@@ -259,25 +262,116 @@ def test_only_the_dev_overlay_ships_secrets_and_production_refuses_placeholders(
     assert "FANLINE_ENV" not in config("overlays/dev")
 
 
+# --------------------------------------------------------------------------
+# network policy, derived from the code's own call paths (issue #29 item 2)
+# --------------------------------------------------------------------------
+
+# Every composition root that constructs peer clients: its module (where it
+# declares PEERS) and its package's source (what it really constructs).
+ROOTS = {
+    "api": ("fanline_api.app", REPO / "services" / "api" / "src" / "fanline_api"),
+    "fanout-worker": ("fanline_fanout.app", REPO / "services" / "fanout-worker" / "src" / "fanline_fanout"),
+    "tweet-store": ("fanline_tweet_store.app", REPO / "services" / "tweet-store" / "src" / "fanline_tweet_store"),
+    "social-graph": ("fanline_social_graph.app", REPO / "services" / "social-graph" / "src" / "fanline_social_graph"),
+    "cli": ("fanline_cli.rebuild", REPO / "tools" / "fanline-cli" / "src" / "fanline_cli"),
+}
+# How a caller's pods are told apart: the services by name, the operators'
+# CLI by the label docs/operations.md asks for.
+INTERNAL_CLIENT = {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
+PROMETHEUS = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+INGRESS_CONTROLLER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+METRICS_PORT_OFFSET = 50
+
+
+def declared_peers() -> dict[str, tuple[str, ...]]:
+    import importlib
+
+    return {root: tuple(importlib.import_module(module).PEERS) for root, (module, _) in ROOTS.items()}
+
+
+def constructed_peers(package: Path) -> set[str]:
+    """The peers a package's source constructs clients for: every call of a
+    peer client class, the class mapped to its peer by the class itself."""
+    import ast
+
+    from fanline_shared import peers
+
+    clients = {
+        cls.__name__: cls("probe", "http://127.0.0.1:9", 1.0)._peer for cls in (peers.SocialGraphClient, peers.TweetStoreClient)
+    }
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in clients:
+                found.add(clients[name])
+            elif name == "PeerClient":
+                peer = node.args[1] if len(node.args) > 1 else None
+                assert isinstance(peer, ast.Constant), f"{path}: PeerClient with a peer that is not a literal"
+                found.add(str(peer.value))
+    return found
+
+
+def callers_of(service: str) -> list[str]:
+    return sorted(root for root, peers in declared_peers().items() if service in peers)
+
+
+def expected_ingress(service: str) -> list[dict[str, Any]]:
+    """The rules a service's policy must have, from its callers in the code."""
+    port = SERVICES[service]
+    rules: list[dict[str, Any]] = []
+    callers = callers_of(service)
+    if service == "api":  # the public gateway: its callers are the Ingress controller's pods
+        rules.append({"from": [INGRESS_CONTROLLER], "ports": [{"protocol": "TCP", "port": port}]})
+    elif callers:
+        sources: list[dict[str, Any]] = []
+        services = [c for c in callers if c != "cli"]
+        if services:
+            sources.append(
+                {"podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": services}]}}
+            )
+        if "cli" in callers:
+            sources.append(INTERNAL_CLIENT)
+        rules.append({"from": sources, "ports": [{"protocol": "TCP", "port": port}]})
+    rules.append({"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": port + METRICS_PORT_OFFSET}]})
+    return rules
+
+
+def test_every_composition_root_declares_exactly_the_peers_it_constructs_clients_for() -> None:
+    declared = declared_peers()
+    for root, (_, package) in ROOTS.items():
+        assert constructed_peers(package) == set(declared[root]), f"{root}: PEERS does not match the clients it constructs"
+    # The call path the review found missing: tweet-store reads whom a reader follows.
+    assert callers_of("social-graph") == ["api", "cli", "fanout-worker", "tweet-store"]
+    assert callers_of("tweet-store") == ["api", "cli", "fanout-worker"]
+
+
 @by_overlay
-def test_only_the_gateway_and_the_worker_reach_the_storage_services(overlay: str) -> None:
+def test_network_policies_admit_every_call_path_of_the_code_and_nothing_else(overlay: str) -> None:
     policies = by_kind(overlay, "NetworkPolicy")
-    for name, port in (("social-graph", 8001), ("tweet-store", 8002)):
-        (policy,) = [
-            p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+    for service in SERVICES:
+        selecting = [
+            p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": service}}
         ]
+        assert len(selecting) == 1, f"{service}: {len(selecting)} policies select it (want one, so all else is refused)"
+        (policy,) = selecting
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        (rule,) = policy["spec"]["ingress"]
-        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
-        sources = rule["from"]
-        assert sources[0] == {
-            "podSelector": {
-                "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["api", "fanout-worker"]}]
-            }
-        }
-        assert sources[1] == {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
-        assert sources[2]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
-        assert len(sources) == 3
+        assert policy["spec"]["ingress"] == expected_ingress(service), service
+
+
+@by_overlay
+def test_metrics_ports_are_in_no_service_the_ingress_routes_to(overlay: str) -> None:
+    services = by_kind(overlay, "Service")
+    for ingress in by_kind(overlay, "Ingress").values():
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                target = services[backend["name"]]
+                (port,) = [p for p in target["spec"]["ports"] if p["name"] == backend["port"].get("name")]
+                assert port["targetPort"] == "http", (ingress["metadata"]["name"], port)
+    assert [p["name"] for p in services["api"]["spec"]["ports"]] == ["http"], "the api Service carries no metrics port"
 
 
 @by_overlay
