@@ -45,7 +45,9 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
     counts. Raise ``Unavailable`` if the broker does not answer, and
     ``RuntimeError`` if an existing events topic has fewer partitions than
     configured (operators must add partitions deliberately)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000), **settings.security.client_kwargs()
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except (TimeoutError, KafkaError, OSError) as exc:
@@ -184,6 +186,7 @@ class EventPublisher:
                 acks="all",
                 linger_ms=0,
                 request_timeout_ms=int(self._settings.request_timeout_s * 1000),
+                **self._settings.security.client_kwargs(),  # TLS / SASL (engine_security)
             )
             try:
                 await asyncio.wait_for(producer.start(), self._settings.request_timeout_s)

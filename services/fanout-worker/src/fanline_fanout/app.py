@@ -186,6 +186,8 @@ def create_app(settings: Settings) -> faust.App:
         # done, so committing it can only skip work already done.
         stream_wait_empty=False,
         producer_acks=-1,
+        # TLS / SASL to the brokers, for its consumer and producer alike (engine_security).
+        broker_credentials=settings.kafka.security.faust_credentials(),
         store="memory://",
         datadir=str(settings.data_dir / settings.group_id),
         web_enabled=True,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fanline_shared.config import Env, HttpSettings, StorageSettings, admission_policy, internal_token
 from fanline_shared.policies import SOCIAL_GRAPH_ADMISSION, AdmissionPolicy
@@ -23,7 +23,7 @@ class Settings:
     argon2_memory_budget_mib: int
     # How long a log-in or sign-up may wait for a free slot before 503.
     argon2_queue_wait_s: float
-    internal_token: str | None
+    internal_token: str | None = field(repr=False)  # a secret: never in a repr (or a log line)
     admission: AdmissionPolicy = SOCIAL_GRAPH_ADMISSION
 
     @classmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fanline_shared import policies
 from fanline_shared.config import Env, HttpSettings, PeerSettings, StorageSettings, admission_policy, internal_token
@@ -29,7 +29,8 @@ class Settings:
     home_max_rows: int
     hybrid: HybridPolicy
     peers: PeerSettings
-    internal_token: str | None = None  # FANLINE_INTERNAL_TOKEN (shared/internal_auth.py)
+    # FANLINE_INTERNAL_TOKEN (shared/internal_auth.py); a secret: never in a repr.
+    internal_token: str | None = field(default=None, repr=False)
     admission: policies.AdmissionPolicy = policies.TWEET_STORE_ADMISSION
 
     @classmethod

@@ -83,6 +83,7 @@ async def read(settings: KafkaSettings, limit: int | None = None, timeout_s: flo
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         request_timeout_ms=int(timeout_s * 1000),
+        **settings.security.client_kwargs(),  # TLS / SASL (fanline_shared.engine_security)
     )
     try:
         await asyncio.wait_for(consumer.start(), timeout_s)
@@ -133,6 +134,7 @@ async def replay(settings: KafkaSettings, letters: list[DeadLetter], timeout_s: 
         enable_idempotence=settings.idempotence,
         acks="all",
         request_timeout_ms=int(timeout_s * 1000),
+        **settings.security.client_kwargs(),
     )
     try:
         await asyncio.wait_for(producer.start(), timeout_s)

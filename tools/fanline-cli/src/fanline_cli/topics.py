@@ -48,7 +48,9 @@ async def ensure(settings: KafkaSettings) -> list[TopicReport]:
 
 async def verify(settings: KafkaSettings, timeout_s: float = 15.0) -> list[TopicReport]:
     """Partition counts of both topics as the broker reports them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000), **settings.security.client_kwargs()
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except (TimeoutError, KafkaError, OSError) as exc:
