@@ -320,3 +320,67 @@ def active_controller(kafka_nodes: list[Any]) -> int:
             if epoch > best_epoch:
                 best, best_epoch = node, epoch
     return best
+
+
+def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
+    """``{partition: in-sync replicas}`` of ``topic``."""
+
+    async def run() -> dict[int, int]:
+        admin = await _admin(bootstrap)
+        try:
+            described: Any = await admin.describe_topics([topic])
+            return {p["partition"]: len(p["isr"]) for p in described[0]["partitions"]}
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def throttle_followers(bootstrap: str, topic: str, brokers: list[int], on: bool) -> None:
+    """Replication throttling (Kafka's own quotas, KIP-73) of every follower of
+    ``topic`` to 1 byte/s (``on``), or back off. A throttled follower falls
+    behind as soon as anything is produced and leaves the ISR after
+    ``replica.lag.time.max.ms``, while every broker, and the controller
+    quorum, stays up: a partition with only its leader in sync, which no
+    other fault gives a three-node KRaft cluster (killing two brokers also
+    loses the quorum). AlterConfigs replaces a resource's dynamic configs,
+    so the topic's other overrides are sent along."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def run() -> None:
+        admin = await _admin(bootstrap)
+        try:
+            described: Any = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            overrides = {e[0]: e[1] for e in described[0].resources[0][4] if e[3] == 1}  # TOPIC_CONFIG
+            overrides.pop("follower.replication.throttled.replicas", None)
+            if on:
+                overrides["follower.replication.throttled.replicas"] = "*"
+            rate = {"follower.replication.throttled.rate": "1"} if on else {}
+            resources = [ConfigResource(ConfigResourceType.TOPIC, topic, configs=overrides)]
+            resources += [ConfigResource(ConfigResourceType.BROKER, str(b), configs=rate) for b in brokers]
+            for response in await admin.alter_configs(resources):
+                for error_code, message, *_ in response.resources:
+                    assert error_code == 0, (error_code, message)
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
+def produce_acks_all(bootstrap: str, topic: str) -> str:
+    """Produce one record with ``acks=all``; the error's class name, or "" if acknowledged."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    async def run() -> str:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=15000, retry_backoff_ms=100)
+        await producer.start()
+        try:
+            await asyncio.wait_for(producer.send_and_wait(topic, b"probe", key=b"min-isr-probe"), 20)
+            return ""
+        except (KafkaError, TimeoutError) as exc:
+            return type(exc).__name__
+        finally:
+            await producer.stop()
+
+    return asyncio.run(run())

@@ -22,9 +22,11 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,9 +40,12 @@ from .cluster import (
     Survived,
     active_controller,
     group_lag,
+    isr_sizes,
     partition_leaders,
+    produce_acks_all,
     record,
     setup_users,
+    throttle_followers,
     topic_replication,
     verify,
 )
@@ -318,3 +323,96 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
         )
     )
     assert failed == 0
+
+
+def metric_total(url: str, name: str, labels: str = "") -> float:
+    text = httpx.get(url, timeout=10).text
+    return sum(
+        float(m.group(2))
+        for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M)
+        if labels in (m.group(1) or "")
+    )
+
+
+def test_topics_ensure_raises_min_insync_replicas_on_an_existing_topic(cluster_system: System, cluster_infra: Any) -> None:
+    """A topic created without min.insync.replicas (by a tool, or before issue
+    #29) is corrected by ``fanline topics ensure`` -- the code path the
+    services run at start-up -- and its other settings are kept."""
+    from aiokafka.admin import NewTopic
+
+    from .cluster import _admin
+
+    bootstrap = cluster_infra.kafka_bootstrap
+    topic = f"{cluster_system.extra_env['FANLINE_EVENTS_TOPIC']}.old"
+
+    async def create() -> None:
+        admin = await _admin(bootstrap)
+        try:
+            await admin.create_topics([NewTopic(topic, 8, 3, topic_configs={"retention.ms": "86400000"})])
+        finally:
+            await admin.close()
+
+    import asyncio
+
+    asyncio.run(create())
+    assert topic_replication(bootstrap, topic) == (3, "1")  # the broker default (min ISR 2 is set per topic)
+    env = {**cluster_system.env(), "FANLINE_EVENTS_TOPIC": topic}
+    fanline = str(Path(sys.executable).with_name("fanline"))
+    done = subprocess.run([fanline, "topics", "ensure"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{topic}: 8 partitions, replication factor 3, min.insync.replicas 2 (raised from 1), ok" in done.stdout, done.stdout
+    assert topic_replication(bootstrap, topic) == (3, "2")
+    verified = subprocess.run([fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert verified.returncode == 0 and "raised" not in verified.stdout, verified.stdout
+
+
+def test_a_produce_is_refused_with_one_in_sync_replica_and_posts_wait_in_the_outbox(
+    cluster_system: System, cluster_infra: Any, api: Api
+) -> None:
+    """Every follower of the events topic is throttled (Kafka's replication
+    quota) until each partition has only its leader in sync: an ``acks=all``
+    produce is refused (min.insync.replicas 2), the gateway's too, yet posts
+    are still accepted -- their events wait in the outbox -- and once the
+    followers catch up, everything acknowledged is delivered exactly once."""
+    env = cluster_system.extra_env
+    bootstrap, topic = cluster_infra.kafka_bootstrap, env["FANLINE_EVENTS_TOPIC"]
+    metrics = cluster_system.metrics_url("api")
+    refusals = ("NotEnoughReplicasError", "NotEnoughReplicasAfterAppendError")
+    before = sum(metric_total(metrics, "fanline_kafka_produce_errors_total", f'error="{e}"') for e in refusals)
+    seen: dict[str, Any] = {}
+
+    def fault() -> str:
+        throttle_followers(bootstrap, topic, [1, 2, 3], on=True)
+        try:
+            # Posts keep coming (the load): followers fall behind and leave the ISR.
+            eventually(lambda: set(isr_sizes(bootstrap, topic).values()) == {1}, timeout=90, interval=1, what="ISR of 1")
+            seen["refused"] = produce_acks_all(bootstrap, topic)
+            started = time.monotonic()
+            eventually(
+                lambda: metric_total(metrics, "fanline_outbox_pending_events") > 0,
+                timeout=30,
+                interval=0.5,
+                what="an outbox backlog",
+            )
+            seen["pending"] = metric_total(metrics, "fanline_outbox_pending_events")
+            time.sleep(max(0.0, FAULT_S - (time.monotonic() - started)))
+            seen["gateway_refusals"] = (
+                sum(metric_total(metrics, "fanline_kafka_produce_errors_total", f'error="{e}"') for e in refusals) - before
+            )
+        finally:
+            throttle_followers(bootstrap, topic, [1, 2, 3], on=False)
+        eventually(lambda: set(isr_sizes(bootstrap, topic).values()) == {3}, timeout=120, interval=1, what="ISR of 3 again")
+        return (
+            f"direct acks=all produce refused ({seen['refused']}); gateway produces refused {seen['gateway_refusals']:.0f}, "
+            f"outbox held {seen['pending']:.0f} events"
+        )
+
+    def drained() -> str:
+        eventually(
+            lambda: metric_total(metrics, "fanline_outbox_pending_events") == 0, timeout=120, interval=1, what="outbox drained"
+        )
+        return "outbox drained after"
+
+    run_fault(cluster_system, api, fault, "Kafka: every follower throttled until one in-sync replica (min ISR 2)", after=drained)
+    assert seen["refused"] in refusals, seen
+    assert seen["gateway_refusals"] > 0 and seen["pending"] > 0, seen

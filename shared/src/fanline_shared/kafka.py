@@ -30,6 +30,7 @@ from . import metrics
 from .config import KafkaSettings
 from .domain import OutboxEvent
 from .errors import Unavailable
+from .kafka_topics import MIN_INSYNC, Durability, correct_min_insync, min_insync_for
 from .logs import kafka_headers
 from .policies import EVENT_PRODUCER, ProducerBounds
 
@@ -41,10 +42,18 @@ DELIVERED_IDS_KEPT = 20_000
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
-    """Create the events, dead-letter and fan-out chunks topics if missing; return partition
-    counts. Raise ``Unavailable`` if the broker does not answer, and
-    ``RuntimeError`` if an existing events topic has fewer partitions than
-    configured (operators must add partitions deliberately)."""
+    """Create the events, dead-letter and fan-out chunks topics if missing,
+    and raise a ``min.insync.replicas`` below one less than the replication
+    factor on any of them (``kafka_topics``); return partition counts. Raise
+    ``Unavailable`` if the broker does not answer, and ``RuntimeError`` if an
+    existing events topic has fewer partitions than configured (operators
+    must add partitions deliberately)."""
+    counts, _ = await ensure_topics_report(settings, timeout_s)
+    return counts
+
+
+async def ensure_topics_report(settings: KafkaSettings, timeout_s: float = 30.0) -> tuple[dict[str, int], dict[str, Durability]]:
+    """``ensure_topics``, also returning each topic's durability (``fanline topics ensure``)."""
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000), **settings.security.client_kwargs()
     )
@@ -82,7 +91,7 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
                 f"topic {settings.events_topic} has {counts.get(settings.events_topic)} partitions, "
                 f"fewer than FANLINE_TOPIC_PARTITIONS={settings.partitions}"
             )
-        return counts
+        return counts, await correct_min_insync(admin, list(wanted))
     except KafkaError as exc:
         raise Unavailable(f"kafka error while creating topics: {exc!r}") from None
     finally:
@@ -97,7 +106,7 @@ def topic_configs(replication_factor: int) -> dict[str, str]:
     operator changed it), which would acknowledge writes held by one broker."""
     if replication_factor < 2:
         return {}
-    return {"min.insync.replicas": str(replication_factor - 1)}
+    return {MIN_INSYNC: str(min_insync_for(replication_factor))}
 
 
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
