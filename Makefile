@@ -18,9 +18,12 @@ VEGETA_VERSION      := v12.12.0
 # NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
 # (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
 NODES  ?= 1
-INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) deploy/local/infra
+# SECURE=1: the single-node pair with TLS (client certificates), SASL SCRAM-SHA-512
+# and PasswordAuthenticator (state in .infra-secure/, ports 9242/9292), beside the plain one.
+SECURE ?= 0
+INFRA  := FANLINE_INFRA_NODES=$(NODES) FANLINE_INFRA_SECURE=$(SECURE) $(PYTHON) deploy/local/infra
 
-.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools
+.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools proxy-tools
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -35,7 +38,7 @@ venv: $(STAMP)  ## create .venv with every package (done by the other targets on
 run: $(STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000
 	$(BIN)/python deploy/local/system.py
 
-infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; Maven download on first use)
+infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; SECURE=1: TLS + auth; Maven download on first use)
 	$(INFRA) up
 
 infra-down:  ## stop them
@@ -44,13 +47,20 @@ infra-down:  ## stop them
 infra-status:  ## are they running?
 	$(INFRA) status
 
-run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster)
+run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster; SECURE=1: TLS + auth)
 	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python deploy/local/system.py --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \
 	else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; fi
+
+proxy-tools:  ## Debian's nginx and redis-server for the proxy test (tests/e2e/test_proxy.py; never started as services); idempotent
+	@if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then :; else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nginx; fi
+	@if command -v redis-server >/dev/null; then :; else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; fi
+	@echo "proxy tools: $$(PATH=$$PATH:/usr/sbin nginx -v 2>&1), $$(redis-server --version | cut -d' ' -f1-3)"
 
 ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize (Go) for tests/ops; idempotent
 	@command -v promtool >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
@@ -61,7 +71,7 @@ ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize 
 	  && mv $(BIN)/kustomize $(BIN)/kustomize-$(KUSTOMIZE_VERSION) && ln -sf kustomize-$(KUSTOMIZE_VERSION) $(BIN)/kustomize; }
 	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
 
-test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
+test: $(STAMP) browser ops-tools proxy-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # the soak beside the engine-free tests, then the rest
 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
