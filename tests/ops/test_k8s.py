@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -359,6 +360,23 @@ def test_network_policies_admit_every_call_path_of_the_code_and_nothing_else(ove
         (policy,) = selecting
         assert policy["spec"]["policyTypes"] == ["Ingress"]
         assert policy["spec"]["ingress"] == expected_ingress(service), service
+    # The gateway's rate-limit counters (RateLimitSettings reads FANLINE_RATE_LIMIT_STORAGE): its only caller.
+    storage = urllib.parse.urlsplit(config(overlay)["FANLINE_RATE_LIMIT_STORAGE"])
+    (redis,) = [
+        p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": storage.hostname}}
+    ]
+    assert redis["spec"]["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "api"}}}],
+            "ports": [{"protocol": "TCP", "port": storage.port}],
+        }
+    ]
+    # Every workload of Fanline is selected by a policy: nothing is reachable by default.
+    selected = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in policies.values()}
+    workloads = {
+        d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] for d in by_kind("base", "Deployment").values()
+    }
+    assert workloads <= selected, workloads - selected
 
 
 @by_overlay
@@ -408,10 +426,18 @@ def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None
     for needle in (
         '"$FANLINE_EVENTS_TOPIC"',
         '"$FANLINE_DLQ_TOPIC"',
+        '"$FANLINE_CHUNKS_TOPIC"',
         '--partitions "$FANLINE_TOPIC_PARTITIONS"',
         "--if-not-exists",
+        # Durability: set on creation, raised on topics that exist (issue #29 item 5) ...
+        '--config min.insync.replicas="$min_isr"',
+        '--alter --entity-type topics --entity-name "$topic" --add-config min.insync.replicas="$min_isr"',
+        # ... through the services' own TLS/SASL settings.
+        '--command-config "$props"',
+        "FANLINE_KAFKA_SECURITY_PROTOCOL",
     ):
-        assert needle in script
+        assert needle in script, needle
+    assert script.count("--bootstrap-server") == script.count('--command-config "$props"'), "every call secured"
 
 
 @by_overlay

@@ -431,8 +431,10 @@ def test_depends_on_conditions_fit_what_they_wait_for() -> None:
                 "kafka-init": "service_completed_successfully",
                 "social-graph": "service_healthy",
                 "tweet-store": "service_healthy",
+                "redis": "service_healthy",
             },
         ),
+        ("edge", {"api": "service_healthy"}),
         (
             "fanout-worker",
             {
@@ -463,21 +465,41 @@ def test_every_service_requires_the_internal_credential(svc: Service) -> None:
     assert token.startswith("${FANLINE_INTERNAL_TOKEN:?"), token
 
 
-def test_only_the_api_and_the_dashboards_are_published() -> None:
-    """The storage services and the worker are reached only inside the
-    project's network: their ports are never published."""
+def test_only_the_edge_proxy_and_the_dashboards_are_published() -> None:
+    """The api replicas, the storage services and the worker are reached only
+    inside the project's network: the edge proxy is the API's one port."""
     published = {name for name, svc in compose()["services"].items() if svc.get("ports")}
-    assert published == {"api", "prometheus", "grafana"}, published
+    assert published == {"edge", "prometheus", "grafana"}, published
 
 
-def test_api_requires_a_cursor_secret_and_is_published_on_8000() -> None:
+def test_api_requires_a_cursor_secret_and_the_edge_publishes_it_on_8000() -> None:
     api = compose_service("api")
     secret = environment(api).get("FANLINE_CURSOR_SECRET", "")
     # `${VAR:?message}` makes compose refuse to start without it: the built-in
     # development secret must never sign cursors in a real deployment.
     assert secret.startswith("${FANLINE_CURSOR_SECRET:?"), secret
-    published = [str(p) for p in api.get("ports", [])]
+    assert "ports" not in api and "container_name" not in api, "the api scales behind the edge"
+    published = [str(p) for p in compose_service("edge").get("ports", [])]
     assert any(re.fullmatch(r"(?:[\d.]+:)?8000:8000(?:/tcp)?", p) for p in published), published
+
+
+def test_the_api_trusts_exactly_the_edge_proxy_and_shares_its_limits_in_redis() -> None:
+    """X-Forwarded-For is believed from the edge's fixed address only, inside
+    the project's fixed subnet; the edge sets it and proxies every replica;
+    the abuse limits are counted in the redis service (issue #29 item 4)."""
+    import ipaddress
+
+    api, edge = environment(compose_service("api")), compose_service("edge")
+    subnet = ipaddress.ip_network(compose()["networks"]["default"]["ipam"]["config"][0]["subnet"])
+    address = ipaddress.ip_address(edge["networks"]["default"]["ipv4_address"])
+    assert address in subnet
+    assert api["FANLINE_TRUSTED_PROXIES"] == str(address)
+    assert api["FANLINE_RATE_LIMIT_STORAGE"] == "redis://redis:6379" and "redis" in compose()["services"]
+    (mount,) = edge["volumes"]
+    source = REPO / mount.split(":")[0]
+    conf = source.read_text()
+    assert "server api:8000" in conf and "proxy_set_header X-Forwarded-For" in conf
+    assert "/metrics" not in conf, "the edge proxies the API port, which serves no metrics"
 
 
 @pytest.mark.parametrize("storage", STORAGE_SERVICES)
