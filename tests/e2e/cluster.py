@@ -336,31 +336,40 @@ def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
     return asyncio.run(run())
 
 
-def throttle_followers(bootstrap: str, topic: str, brokers: list[int], on: bool) -> None:
-    """Replication throttling (Kafka's own quotas, KIP-73) of every follower of
-    ``topic`` to 1 byte/s (``on``), or back off. A throttled follower falls
-    behind as soon as anything is produced and leaves the ISR after
-    ``replica.lag.time.max.ms``, while every broker, and the controller
-    quorum, stays up: a partition with only its leader in sync, which no
-    other fault gives a three-node KRaft cluster (killing two brokers also
-    loses the quorum). AlterConfigs replaces a resource's dynamic configs,
-    so the topic's other overrides are sent along."""
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+def replicas_of(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    """``{partition: replica broker ids, leader first}`` of ``topic``."""
+
+    async def run() -> dict[int, list[int]]:
+        admin = await _admin(bootstrap)
+        try:
+            described: Any = await admin.describe_topics([topic])
+            return {
+                p["partition"]: [p["leader"], *[r for r in p["replicas"] if r != p["leader"]]] for p in described[0]["partitions"]
+            }
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def reassign(bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
+    """Move ``topic``'s partitions to these replicas (AlterPartitionReassignments,
+    what kafka-reassign-partitions.sh sends). With only the leader left, each
+    partition has one in-sync replica while every broker and the controller
+    quorum stay up -- a state no crash gives a three-node KRaft cluster
+    (killing a second broker also loses the quorum, and Kafka never throttles
+    in-sync followers, so replication quotas cannot shrink the ISR)."""
+    from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
 
     async def run() -> None:
         admin = await _admin(bootstrap)
         try:
-            described: Any = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-            overrides = {e[0]: e[1] for e in described[0].resources[0][4] if e[3] == 1}  # TOPIC_CONFIG
-            overrides.pop("follower.replication.throttled.replicas", None)
-            if on:
-                overrides["follower.replication.throttled.replicas"] = "*"
-            rate = {"follower.replication.throttled.rate": "1"} if on else {}
-            resources = [ConfigResource(ConfigResourceType.TOPIC, topic, configs=overrides)]
-            resources += [ConfigResource(ConfigResourceType.BROKER, str(b), configs=rate) for b in brokers]
-            for response in await admin.alter_configs(resources):
-                for error_code, message, *_ in response.resources:
-                    assert error_code == 0, (error_code, message)
+            parts = [(p, list(r), {}) for p, r in sorted(replicas.items())]
+            response: Any = await admin._send_to_controller(AlterPartitionReassignmentsRequest(30000, [(topic, parts, {})], {}))
+            assert response.error_code == 0, (response.error_code, response.error_message)
+            for _name, partitions, _tags in response.responses:
+                for partition, error_code, message, _ in partitions:
+                    assert error_code == 0, (partition, error_code, message)
         finally:
             await admin.close()
 
@@ -368,12 +377,14 @@ def throttle_followers(bootstrap: str, topic: str, brokers: list[int], on: bool)
 
 
 def produce_acks_all(bootstrap: str, topic: str) -> str:
-    """Produce one record with ``acks=all``; the error's class name, or "" if acknowledged."""
+    """Produce one record with ``acks=all``; the error's class name, or "" if
+    acknowledged. Not idempotent, so a retriable refusal is retried until the
+    batch expires (5 s) and then raised as itself."""
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import KafkaError
 
     async def run() -> str:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=15000, retry_backoff_ms=100)
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=200)
         await producer.start()
         try:
             await asyncio.wait_for(producer.send_and_wait(topic, b"probe", key=b"min-isr-probe"), 20)
