@@ -132,7 +132,7 @@ def test_the_cli_reaches_both_engines_through_tls_and_auth(secure_system: System
 
 
 def test_a_wrong_password_a_plaintext_client_and_an_unverified_server_are_refused(
-    secure_infra: SecureInfra, secure_system: System
+    secure_infra: SecureInfra, secure_system: System, caplog: pytest.LogCaptureFixture
 ) -> None:
     from fanline_shared.cassandra import open_session
     from fanline_shared.config import Env, KafkaSettings, StorageSettings
@@ -157,14 +157,19 @@ def test_a_wrong_password_a_plaintext_client_and_an_unverified_server_are_refuse
     asyncio.run(ensure_topics(KafkaSettings.from_env(Env(env)), timeout_s=30))
 
     wrong = {"FANLINE_KAFKA_PASSWORD_FILE": None, "FANLINE_KAFKA_PASSWORD": "not-the-password"}
-    assert "uthentication" in str(kafka(**wrong)), "a wrong SCRAM password"
+    caplog.clear()
+    kafka(**wrong)
+    # aiokafka logs why it could not bootstrap (the services' logs show it too).
+    assert "SaslAuthenticationFailed" in caplog.text, "a wrong SCRAM password"
     kafka(FANLINE_KAFKA_SECURITY_PROTOCOL="PLAINTEXT")
-    kafka(FANLINE_KAFKA_TLS_CA=None)  # the system's trust store: the engines' CA is not in it
+    caplog.clear()
+    refused = kafka(FANLINE_KAFKA_TLS_CA=None)  # the system's trust store: the engines' CA is not in it
+    assert "CERTIFICATE_VERIFY_FAILED" in (caplog.text + str(refused)).upper(), caplog.text[-2000:]
 
     wrong = {"FANLINE_CASSANDRA_PASSWORD_FILE": None, "FANLINE_CASSANDRA_PASSWORD": "not-the-password"}
     assert "uthentication" in str(cassandra(**wrong)), "a wrong Cassandra password"
     cassandra(FANLINE_CASSANDRA_TLS="false")
-    cassandra(FANLINE_CASSANDRA_TLS_CA=None)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(cassandra(FANLINE_CASSANDRA_TLS_CA=None)).upper()
     # The default superuser's well-known password no longer works either.
     cassandra(
         FANLINE_CASSANDRA_USERNAME="cassandra", FANLINE_CASSANDRA_PASSWORD_FILE=None, FANLINE_CASSANDRA_PASSWORD="cassandra"
