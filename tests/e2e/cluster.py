@@ -322,6 +322,21 @@ def active_controller(kafka_nodes: list[Any]) -> int:
     return best
 
 
+def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
+    """One configuration value of ``topic`` as the broker describes it."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def run() -> str | None:
+        admin = await _admin(bootstrap)
+        try:
+            configs: Any = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            return next((e[1] for e in configs[0].resources[0][4] if e[0] == name), None)
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
 def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
     """``{partition: in-sync replicas}`` of ``topic``."""
 
@@ -354,11 +369,11 @@ def replicas_of(bootstrap: str, topic: str) -> dict[int, list[int]]:
 
 def reassign(bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
     """Move ``topic``'s partitions to these replicas (AlterPartitionReassignments,
-    what kafka-reassign-partitions.sh sends). With only the leader left, each
-    partition has one in-sync replica while every broker and the controller
-    quorum stay up -- a state no crash gives a three-node KRaft cluster
-    (killing a second broker also loses the quorum, and Kafka never throttles
-    in-sync followers, so replication quotas cannot shrink the ISR)."""
+    what kafka-reassign-partitions.sh sends). Two replicas and one of them
+    killed leave one in sync while the controller quorum stays up: a second
+    broker down would lose the three-voter quorum, one replica alone caps the
+    effective min.insync.replicas at 1 (Kafka's min(setting, replicas)), and
+    Kafka never throttles an in-sync follower out of the ISR."""
     from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
 
     async def run() -> None:
