@@ -338,7 +338,9 @@ def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
 
 
 def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
-    """``{partition: in-sync replicas}`` of ``topic``."""
+    """``{partition: in-sync replicas}`` of ``topic``; {} when the broker asked
+    does not answer (one just killed is still in the metadata until fenced)."""
+    from aiokafka.errors import KafkaError
 
     async def run() -> dict[int, int]:
         admin = await _admin(bootstrap)
@@ -348,7 +350,10 @@ def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
         finally:
             await admin.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except (KafkaError, OSError, TimeoutError):
+        return {}
 
 
 def replicas_of(bootstrap: str, topic: str) -> dict[int, list[int]]:
