@@ -9,26 +9,29 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli
+# `-e .`: the repository's tooling, deploy.local and bench (pyproject.toml).
+PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli -e .
 # Operations tools (tests/ops): Go binaries built from the Go module proxy into .venv/bin.
 KUBECONFORM_VERSION := v0.7.0
 KUSTOMIZE_VERSION   := v5.7.1
-# The benchmark's open-loop generator (bench/loadgen.py), built from the Go module proxy into bench/.tools.
+# The benchmark's open-loop generator, built from the Go module proxy into bench/.tools; and
+# cassandra-stress, which Apache publishes to Maven Central only in its 4.0-alpha2 binary tarball.
 VEGETA_VERSION      := v12.12.0
+STRESS_VERSION      := 4.0-alpha2
 # NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
 # (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
 NODES  ?= 1
 # SECURE=1: the single-node pair with TLS (client certificates), SASL SCRAM-SHA-512
 # and PasswordAuthenticator (state in .infra-secure/, ports 9242/9292), beside the plain one.
 SECURE ?= 0
-INFRA  := FANLINE_INFRA_NODES=$(NODES) FANLINE_INFRA_SECURE=$(SECURE) $(PYTHON) deploy/local/infra
+INFRA  := FANLINE_INFRA_NODES=$(NODES) FANLINE_INFRA_SECURE=$(SECURE) $(PYTHON) -m deploy.local.infra
 
 .PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools proxy-tools
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-$(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
+$(STAMP): constraints.txt requirements-dev.txt pyproject.toml shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt $(PACKAGES) -r requirements-dev.txt
 	touch $(STAMP)
@@ -36,7 +39,7 @@ $(STAMP): constraints.txt requirements-dev.txt shared/pyproject.toml services/*/
 venv: $(STAMP)  ## create .venv with every package (done by the other targets on first use)
 
 run: $(STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000
-	$(BIN)/python deploy/local/system.py
+	$(BIN)/python -m deploy.local.system
 
 infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; SECURE=1: TLS + auth; Maven download on first use)
 	$(INFRA) up
@@ -48,7 +51,7 @@ infra-status:  ## are they running?
 	$(INFRA) status
 
 run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster; SECURE=1: TLS + auth)
-	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python deploy/local/system.py --real
+	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python -m deploy.local.system --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \
@@ -78,10 +81,14 @@ test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no proc
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 .PHONY: bench bench-quick bench-tools
-bench-tools:  ## vegeta, the benchmark's open-loop load generator (Go module proxy), into bench/.tools; idempotent
+bench-tools:  ## vegeta (Go module proxy) and cassandra-stress (Maven Central) into bench/.tools; idempotent
 	@test -x bench/.tools/vegeta-$(VEGETA_VERSION) || { GOBIN=$(abspath bench/.tools) go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION) \
 	  && mv bench/.tools/vegeta bench/.tools/vegeta-$(VEGETA_VERSION); }
-	@echo "bench tools: vegeta $(VEGETA_VERSION)"
+	@test -f bench/.tools/apache-cassandra-$(STRESS_VERSION)/tools/lib/stress.jar || { \
+	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=org.apache.cassandra:apache-cassandra:$(STRESS_VERSION):tar.gz:bin -DoutputDirectory=bench/.tools \
+	  && tar -xzf bench/.tools/apache-cassandra-$(STRESS_VERSION)-bin.tar.gz -C bench/.tools && rm bench/.tools/apache-cassandra-$(STRESS_VERSION)-bin.tar.gz; } \
+	  || echo "cassandra-stress not fetched (needs mvn): the stress scenario will say so"
+	@echo "bench tools: vegeta $(VEGETA_VERSION), cassandra-stress $(STRESS_VERSION)"
 
 bench: $(STAMP) bench-tools  ## benchmarks on real Cassandra + Kafka (long): bench/results/ and docs/benchmarks.md
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-bench.txt
@@ -94,7 +101,7 @@ bench-quick: $(STAMP) bench-tools  ## a few-minute benchmark smoke run (writes b
 lint: $(STAMP)  ## ruff (rules and formatting) + mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy shared/src services/*/src tools/*/src deploy/local
+	$(BIN)/mypy shared/src services/*/src tools/*/src deploy bench
 
 fmt: $(STAMP)  ## format and fix imports
 	$(BIN)/ruff check --fix .

@@ -1,356 +1,277 @@
-"""The open-loop mixed workload (issue 18 items 3-5): its population, its
-pre-generated request list, and what its results mean. Pure: no processes,
-no network — the phases (``phases/mixed.py``, ``saturation.py``,
-``overload.py``, ``mixed_embedded.py``) run it through ``workload.py`` and
-``loadgen.py``, and tests/unit/test_bench_openloop.py checks every rule here.
-
-* **Population**: ``users`` accounts whose popularity follows a Zipf law
-  (the i-th most popular has weight 1/(i+1)^s): each user follows a number
-  of others drawn around ``mean_following``, picked by popularity, so a few
-  authors have most followers and every user's follow set is distinct.
-* **Requests**: arrivals at a fixed rate whatever the answers (the
-  generator, vegeta, sends on schedule); each one drawn from ``MIX`` —
-  posts, home reads, userline reads (of popular authors, by the same Zipf
-  weights), follows, unfollows and sign-ins — with the bearer tokens got
-  while seeding.
-* **Results**: per route p50/p99 of the accepted requests, refusals
-  (``503`` + ``Retry-After``) and their latency, errors, and the rate the
-  generator really achieved.
-"""
+"""The open-loop workload: a Zipf-like population, the request list vegeta sends at a fixed
+rate whatever the answers, and one step's figures (``run_step``; docs/benchmark-methods.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import csv
 import io
 import json
+import os
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from .stats import percentile
+import httpx
 
-# Share of each kind of request (sums to 1). The issue's trial used 20 % posts,
-# 60 % home reads, 20 % userline reads; follows, unfollows and sign-ins (argon2,
-# the costliest request by far) take a few percent from the reads.
-MIX: dict[str, float] = {"post": 0.20, "home": 0.50, "userline": 0.20, "follow": 0.04, "unfollow": 0.04, "sign_in": 0.02}
-ROUTES = tuple(MIX)
-ZIPF_EXPONENT = 1.0
+from . import probes, stats
+from .rows import Scope
+
+VEGETA = "v12.12.0"
+PASSWORD = "open-loop-pw-1"
+Mix = Mapping[str, float]
+Request = dict[str, Any]  # in vegeta's JSON target format
+Summary = dict[str, dict[str, Any]]  # route -> figures
+Outcome = tuple[int, int, float, str, bool]  # start (ns), status, latency (ms), route, has Retry-After
+MIX = {"post": 0.20, "home": 0.50, "userline": 0.20, "follow": 0.04, "unfollow": 0.04, "sign_in": 0.02}
+ROUTES = {  # the gateway's (method, route label) of each kind of request
+    "post": ("POST", "/v1/tweets"),
+    "home": ("GET", "/v1/timeline"),
+    "userline": ("GET", "/v1/users/{username}/tweets"),
+    "follow": ("PUT", "/v1/users/{username}/following/{target}"),
+    "unfollow": ("DELETE", "/v1/users/{username}/following/{target}"),
+    "sign_in": ("POST", "/v1/sessions"),
+}
 
 
 @dataclass(frozen=True)
 class Population:
-    users: tuple[str, ...]  # most popular first
-    follows: Mapping[str, tuple[str, ...]]  # follower -> followees
-
-    def followers(self) -> dict[str, int]:
-        counts = {u: 0 for u in self.users}
-        for followees in self.follows.values():
-            for f in followees:
-                counts[f] += 1
-        return counts
-
-    def weights(self, exponent: float = ZIPF_EXPONENT) -> list[float]:
-        return [1.0 / (i + 1) ** exponent for i in range(len(self.users))]
+    follows: Mapping[str, tuple[str, ...]]  # user -> followees, the most popular user first
+    tokens: dict[str, str]
 
 
-def zipf_population(
-    prefix: str, users: int, mean_following: int, rng: random.Random, exponent: float = ZIPF_EXPONENT
-) -> Population:
-    """``users`` names ``<prefix>u<i>`` (at most 15 characters) and their
-    follow sets: user ``u`` follows k others, k uniform in
-    [1, 2 x mean_following - 1], each picked with probability ∝ popularity,
-    without repeats and never itself; no two users share a follow set."""
-    if users < 3:
-        raise ValueError("a population needs at least 3 users")
-    names = tuple(f"{prefix}u{i}" for i in range(users))
-    if any(len(n) > 15 for n in names):
-        raise ValueError(f"prefix {prefix!r} too long for usernames of at most 15 characters")
-    weights = [1.0 / (i + 1) ** exponent for i in range(users)]
-    follows: dict[str, tuple[str, ...]] = {}
-    seen: set[frozenset[int]] = set()
+@dataclass
+class Target:
+    """A running system and its population, as the workload sees them."""
+
+    api: str
+    metrics: Callable[[], dict[str, str]]  # process -> its /metrics
+    pids: Callable[[], dict[str, int]]  # process -> pid, the engines included
+    pop: Population
+
+
+def zipf_follows(prefix: str, users: int, mean_following: int, rng: random.Random) -> dict[str, tuple[str, ...]]:
+    """User -> followees: k of them (uniform in 1..2 x mean - 1), picked by Zipf
+    popularity (weight 1/rank), never itself; no two users share a set."""
+    names = [f"{prefix}u{i}" for i in range(users)]
+    if users < 3 or len(names[-1]) > 15:
+        raise ValueError(f"need at least 3 users and names of at most 15 characters ({prefix!r})")
+    weights, seen, follows = [1.0 / (i + 1) for i in range(users)], set(), {}
     for me in range(users):
-        for _attempt in range(20):
-            k = min(users - 1, rng.randint(1, max(1, 2 * mean_following - 1)))
-            chosen: set[int] = set()
+        for _ in range(20):
+            k, chosen = min(users - 1, rng.randint(1, max(1, 2 * mean_following - 1))), set[int]()
             while len(chosen) < k:
-                pick = rng.choices(range(users), weights)[0]
-                if pick != me:
+                if (pick := rng.choices(range(users), weights)[0]) != me:
                     chosen.add(pick)
-            key = frozenset(chosen)
-            if key not in seen:
+            if frozenset(chosen) not in seen:
                 break
-        seen.add(key)
+        seen.add(frozenset(chosen))
         follows[names[me]] = tuple(names[i] for i in sorted(chosen))
-    return Population(names, follows)
+    return follows
 
 
-# --- the request list ----------------------------------------------------------------------
+async def seed(api: str, prefix: str, users: int, mean_following: int, rng: random.Random) -> Population:
+    """The population through the public API: sign-ups, log-ins, follows, two tweets each."""
+    follows, tokens, sem = zipf_follows(prefix, users, mean_following, rng), {}, asyncio.Semaphore(8)
+    async with httpx.AsyncClient(base_url=api, timeout=60) as client:
+
+        async def call(method: str, url: str, token: str | None = None, body: Any = None) -> httpx.Response:
+            """One request, honouring a 503's Retry-After (up to 10 tries); anything but 2xx/409 raises."""
+            auth = {"authorization": f"Bearer {token}"} if token else {}
+            async with sem:
+                for _ in range(10):
+                    r = await client.request(method, url, json=body, headers=auth)
+                    if r.status_code != 503:
+                        break
+                    await asyncio.sleep(min(1.0, float(r.headers.get("retry-after", 1))) * rng.uniform(0.5, 1.0))
+            if r.status_code >= 300 and r.status_code != 409:
+                raise RuntimeError(f"{method} {url}: {r.status_code} {r.text[:200]}")
+            return r
+
+        async def sign_up(name: str) -> None:
+            await call("POST", "/v1/users", body={"username": name, "password": PASSWORD})
+            tokens[name] = (await call("POST", "/v1/sessions", body={"username": name, "password": PASSWORD})).json()["token"]
+
+        await asyncio.gather(*(sign_up(u) for u in follows))
+        await asyncio.gather(*(call("PUT", f"/v1/users/{me}/following/{o}", tokens[me]) for me in follows for o in follows[me]))
+        await asyncio.gather(*(call("POST", "/v1/tweets", tokens[u], {"body": f"tweet {i}"}) for u in follows for i in range(2)))
+    return Population(follows, tokens)
 
 
-def _target(method: str, url: str, token: str | None = None, body: Any = None) -> dict[str, Any]:
+def _target(method: str, url: str, token: str | None = None, body: Any = None) -> Request:
     """One request in vegeta's JSON target format."""
-    header: dict[str, list[str]] = {}
-    if token is not None:
-        header["Authorization"] = [f"Bearer {token}"]
-    target: dict[str, Any] = {"method": method, "url": url, "header": header}
-    if body is not None:
-        header["Content-Type"] = ["application/json"]
-        target["body"] = base64.b64encode(json.dumps(body).encode()).decode()
-    return target
+    header = {"Authorization": [f"Bearer {token}"]} if token else {}
+    if body is None:
+        return {"method": method, "url": url, "header": header}
+    header["Content-Type"] = ["application/json"]
+    return {"method": method, "url": url, "header": header, "body": base64.b64encode(json.dumps(body).encode()).decode()}
 
 
-def make_targets(
-    population: Population,
-    tokens: Mapping[str, str],
-    base_url: str,
-    count: int,
-    rng: random.Random,
-    password: str,
-    mix: Mapping[str, float] = MIX,
-) -> list[dict[str, Any]]:
-    """``count`` requests drawn from ``mix``, in vegeta's JSON target format
-    (vegeta sends them in this order, one per tick of the rate)."""
-    users = list(population.users)
-    weights = population.weights()
-    kinds = list(mix)
+def make_targets(pop: Population, api: str, count: int, rng: random.Random, mix: Mix = MIX) -> list[Request]:
+    """``count`` requests drawn from ``mix``, in the order vegeta sends them. A follow-only
+    mix follows pairs not followed yet, each once, so every request writes."""
+    users = list(pop.follows)
+    weights = [1.0 / (i + 1) for i in range(len(users))]
+    fresh = [(me, o) for me in users for o in users if o != me and o not in pop.follows[me]]
+    rng.shuffle(fresh)
     out = []
-    for i, kind in enumerate(rng.choices(kinds, [mix[k] for k in kinds], k=count)):
-        me = rng.choice(users)
+    for i, kind in enumerate(rng.choices(list(mix), list(mix.values()), k=count)):
+        me, popular = rng.choice(users), rng.choices(users, weights)[0]
         if kind == "post":
-            out.append(_target("POST", f"{base_url}/v1/tweets", tokens[me], {"body": f"open-loop tweet {i}"}))
+            out.append(_target("POST", f"{api}/v1/tweets", pop.tokens[me], {"body": f"open-loop tweet {i}"}))
         elif kind == "home":
-            out.append(_target("GET", f"{base_url}/v1/timeline?limit=20", tokens[me]))
+            out.append(_target("GET", f"{api}/v1/timeline?limit=20", pop.tokens[me]))
         elif kind == "userline":
-            author = rng.choices(users, weights)[0]
-            out.append(_target("GET", f"{base_url}/v1/users/{author}/tweets?limit=20"))
+            out.append(_target("GET", f"{api}/v1/users/{popular}/tweets?limit=20"))
         elif kind in ("follow", "unfollow"):
-            other = me
-            while other == me:
-                other = rng.choices(users, weights)[0]
-            method = "PUT" if kind == "follow" else "DELETE"
-            out.append(_target(method, f"{base_url}/v1/users/{me}/following/{other}", tokens[me]))
-        elif kind == "sign_in":
-            out.append(_target("POST", f"{base_url}/v1/sessions", None, {"username": me, "password": password}))
+            me, other = fresh.pop() if len(mix) == 1 and fresh else (me, popular if popular != me else users[users.index(me) - 1])
+            out.append(_target("PUT" if kind == "follow" else "DELETE", f"{api}/v1/users/{me}/following/{other}", pop.tokens[me]))
         else:
-            raise ValueError(f"unknown request kind {kind!r}")
+            out.append(_target("POST", f"{api}/v1/sessions", None, {"username": me, "password": PASSWORD}))
     return out
-
-
-def targets_jsonl(targets: Iterable[Mapping[str, Any]]) -> str:
-    return "".join(json.dumps(t, separators=(",", ":")) + "\n" for t in targets)
-
-
-_ROUTES = (
-    ("POST", re.compile(r"^/v1/tweets$"), "post"),
-    ("GET", re.compile(r"^/v1/timeline$"), "home"),
-    ("GET", re.compile(r"^/v1/users/[^/]+/tweets$"), "userline"),
-    ("PUT", re.compile(r"^/v1/users/[^/]+/following/[^/]+$"), "follow"),
-    ("DELETE", re.compile(r"^/v1/users/[^/]+/following/[^/]+$"), "unfollow"),
-    ("POST", re.compile(r"^/v1/sessions$"), "sign_in"),
-)
 
 
 def route_of(method: str, url: str) -> str:
     path = re.sub(r"^https?://[^/]+", "", url).split("?", 1)[0]
-    for m, pattern, name in _ROUTES:
-        if m == method and pattern.match(path):
-            return name
-    return "other"
+    matches = (k for k, (m, r) in ROUTES.items() if m == method and re.fullmatch(re.sub(r"\{\w+\}", "[^/]+", r), path))
+    return next(matches, "other")
 
 
-# --- results ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One request as the generator saw it."""
-
-    started_ns: int
-    status: int  # 0: no answer (timeout, connection refused)
-    latency_ms: float
-    route: str
-    retry_after: bool  # the answer carried Retry-After
-    error: str = ""
-
-
-def parse_vegeta_csv(text: str) -> list[Outcome]:
-    """``vegeta encode --to csv`` rows: timestamp (ns), code, latency (ns),
-    bytes out, bytes in, error, body (base64), attack, seq, method, url,
-    headers (base64 of the HTTP header block)."""
+def parse_csv(text: str) -> list[Outcome]:
+    """``vegeta encode --to csv`` rows (timestamp ns, code, latency ns, bytes out, bytes in, error, body,
+    attack, seq, method, url, headers base64) as (start ns, status, latency ms, route, has Retry-After)."""
     out = []
     for row in csv.reader(io.StringIO(text)):
-        if len(row) < 11:
-            continue
-        headers = ""
-        if len(row) > 11 and row[11]:
-            try:
-                headers = base64.b64decode(row[11]).decode(errors="replace").lower()
-            except ValueError:
-                headers = ""
-        out.append(
-            Outcome(
-                started_ns=int(row[0]),
-                status=int(row[1]),
-                latency_ms=int(row[2]) / 1e6,
-                route=route_of(row[9], row[10]),
-                retry_after="retry-after" in headers,
-                error=row[5],
-            )
-        )
+        if len(row) >= 11:
+            headers = base64.b64decode(row[11]).decode(errors="replace").lower() if len(row) > 11 else ""
+            out.append((int(row[0]), int(row[1]), int(row[2]) / 1e6, route_of(row[9], row[10]), "retry-after" in headers))
     return out
 
 
-def _pct(values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    return {"p50": round(percentile(values, 50), 2), "p99": round(percentile(values, 99), 2), "max": round(max(values), 2)}
+def rate_flag(rate: float) -> str:
+    """vegeta's ``-rate``: whole requests per whole seconds (``37.5/1s`` is a usage error)."""
+    if not rate > 0:
+        raise ValueError(f"rate must be positive: {rate!r}")
+    pers = (1, 2, 4, 5, 8, 10, 16, 32, 64, 100, 128, 256, 512, 1000, 1024)
+    per = next((p for p in pers if abs(rate * p - round(rate * p)) < 1e-9), 1000)
+    return f"{round(rate * per)}/{per}s"
 
 
-def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """What a run of the generator measured, per route and in all:
-    ``accepted_ms`` (2xx), ``refused_ms`` (503; ``refused_without_retry_after``
-    counts those lacking the header), ``errors`` (anything else: other
-    statuses, no answer), the offered count and the rate achieved."""
-
-    def block(rows: Sequence[Outcome]) -> dict[str, Any]:
-        ok = [o.latency_ms for o in rows if 200 <= o.status < 300]
-        refused = [o for o in rows if o.status == 503]
-        errors = [o for o in rows if not (200 <= o.status < 300 or o.status == 503)]
-        statuses: dict[str, int] = {}
-        for o in errors:
-            key = str(o.status) if o.status else "no answer"
-            statuses[key] = statuses.get(key, 0) + 1
-        return {
-            "requests": len(rows),
-            "accepted": len(ok),
-            "accepted_ms": _pct(ok),
-            "refused": len(refused),
-            "refused_ms": _pct([o.latency_ms for o in refused]),
-            "refused_without_retry_after": sum(1 for o in refused if not o.retry_after),
-            "errors": len(errors),
-            "error_statuses": statuses,
-        }
-
-    by_route = {r: block([o for o in outcomes if o.route == r]) for r in (*ROUTES, "other")}
-    by_route = {r: b for r, b in by_route.items() if b["requests"]}
-    total = block(outcomes)
-    starts = sorted(o.started_ns for o in outcomes)
-    span_s = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-    total["achieved_rate_per_s"] = round((len(starts) - 1) / span_s, 1) if span_s > 0 else None
-    return {"total": total, "routes": by_route}
+def attack(targets: Path, rate: float, seconds: float) -> tuple[list[Outcome], float]:
+    """Send the targets at ``rate``/s for ``seconds``: the outcomes and vegeta's own CPU-seconds."""
+    local = Path(__file__).with_name(".tools") / f"vegeta-{VEGETA}"
+    if not (binary := str(local) if local.exists() else shutil.which("vegeta")):
+        raise FileNotFoundError(f"vegeta not found: run `make bench-tools` (installs {VEGETA} into {local.parent})")
+    results = targets.with_suffix(".bin")
+    argv = [binary, "attack", "-format=json", f"-targets={targets}", f"-rate={rate_flag(rate)}", f"-duration={seconds:g}s"]
+    proc = subprocess.Popen([*argv, "-timeout=30s", "-max-workers=2000", f"-output={results}"], stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"vegeta attack failed: {proc.stderr.read().decode()[-500:] if proc.stderr else status}")
+    encoded = subprocess.run([binary, "encode", "--to=csv", str(results)], capture_output=True, text=True, check=True)
+    return parse_csv(encoded.stdout), usage.ru_utime + usage.ru_stime
 
 
-# --- saturation and overload -----------------------------------------------------------------
+def summarize(outcomes: Sequence[Outcome]) -> Summary:
+    """Per route and ``all``: requests, accepted (2xx) latencies, refusals (503) and their
+    latencies, refusals without Retry-After, errors (anything else, no answer included)."""
+    out = {}
+    for route in ("all", *ROUTES, "other"):
+        if rows := [o for o in outcomes if route in ("all", o[3])]:
+            refused = [o for o in rows if o[1] == 503]
+            out[route] = {
+                "requests": len(rows),
+                "accepted": [o[2] for o in rows if 200 <= o[1] < 300],
+                "refused": [o[2] for o in refused],
+                "refused_without_retry_after": sum(1 for o in refused if not o[4]),
+                "errors": sum(1 for o in rows if not (200 <= o[1] < 300 or o[1] == 503)),
+            }
+    starts = sorted(o[0] for o in outcomes)
+    span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+    out["all"]["achieved_per_s"] = (len(starts) - 1) / span if span > 0 else None
+    return out
 
-POST_P99_BOUND_MS = 100.0
-LAG_P99_BOUND_MS = 2000.0
 
-
-def step_held(
-    summary: Mapping[str, Any], lag_p99_ms: float | None, offered_rate: float, min_achieved: float = 0.9
-) -> tuple[bool, str]:
-    """Whether the system held one saturation step: post p99 ≤ 100 ms, lag
-    p99 ≤ 2 s, no more than 1 % of requests refused or failed, and the
-    generator achieved at least ``min_achieved`` of the offered rate (else
-    the step measured the generator, not the system). The reason if not."""
-    total = summary["total"]
-    post = (summary["routes"].get("post") or {}).get("accepted_ms", {}).get("p99")
-    if post is None:
-        return False, "no post accepted"
-    if post > POST_P99_BOUND_MS:
-        return False, f"post p99 {post:.0f} ms > {POST_P99_BOUND_MS:.0f} ms"
-    if lag_p99_ms is None:
-        return False, "no delivery lag measured"
-    if lag_p99_ms > LAG_P99_BOUND_MS:
-        return False, f"delivery lag p99 {lag_p99_ms:.0f} ms > {LAG_P99_BOUND_MS:.0f} ms"
-    bad = total["refused"] + total["errors"]
-    if total["requests"] and bad / total["requests"] > 0.01:
-        return False, f"{bad} of {total['requests']} requests refused or failed"
-    achieved = total.get("achieved_rate_per_s")
-    if achieved is None or achieved < min_achieved * offered_rate:
-        return False, f"generator achieved {achieved} of {offered_rate:g}/s"
+def held(summary: Mapping[str, Any], lag_p99_ms: float | None, offered: float) -> tuple[bool, str]:
+    """Whether a saturation step held: post p99 <= 100 ms, lag p99 <= 2 s, <= 1 % refused
+    or failed, and the generator achieved >= 90 % of the offered rate; else why not."""
+    total, post = summary["all"], (summary.get("post") or {}).get("accepted")
+    bad, achieved = len(total["refused"]) + total["errors"], total.get("achieved_per_s")
+    for failed, why in (
+        (not post, "no post accepted"),
+        (post and stats.percentile(post, 99) > 100, f"post p99 {stats.percentile(post or [0], 99):.0f} ms > 100 ms"),
+        (lag_p99_ms is None or lag_p99_ms > 2000, f"delivery lag p99 {lag_p99_ms} ms > 2,000 ms"),
+        (bad > 0.01 * total["requests"], f"{bad} of {total['requests']} requests refused or failed"),
+        (achieved is None or achieved < 0.9 * offered, f"generator achieved {achieved} of {offered:g}/s"),
+    ):
+        if failed:
+            return False, why
     return True, "held"
 
 
-def capacity(steps: Sequence[Mapping[str, Any]]) -> float | None:
-    """The highest offered rate that held before the first step that did
-    not (``steps`` in the order run, each with ``rate_per_s`` and ``held``)."""
-    best = None
-    for step in steps:
-        if not step.get("held"):
-            break
-        best = float(step["rate_per_s"])
-    return best
-
-
-def saturation_rates(start: float, factor: float, steps: int) -> list[float]:
-    """Offered rates of the saturation curve: ``start`` x ``factor``^i."""
+def rates(start: float, factor: float, steps: int) -> list[float]:
+    """The saturation curve's offered rates: ``start`` x ``factor``^i."""
     if start <= 0 or factor <= 1 or steps < 1:
         raise ValueError("need start > 0, factor > 1, steps >= 1")
     return [round(start * factor**i, 1) for i in range(steps)]
 
 
-# --- the services' own histograms (Prometheus text, two scrapes) ----------------------------
-
-_LE = re.compile(r'le="([^"]+)"')
-
-
-def histogram_quantile(
-    before: Mapping[str, float], after: Mapping[str, float], metric: str, q: float, must_contain: Sequence[str] = ()
-) -> float | None:
-    """Prometheus' ``histogram_quantile`` over the increase of every
-    ``metric`` series (summed per bucket) between two scrapes whose labels
-    contain all of ``must_contain``; linear inside a bucket. Seconds, or
-    None without observations."""
-    buckets: dict[float, float] = {}
-    prefix = f"{metric}_bucket{{"
-    for series, value in after.items():
-        if not series.startswith(prefix) or not all(m in series for m in must_contain):
-            continue
-        found = _LE.search(series)
-        if found is None:
-            continue
-        le = float(found.group(1))  # "+Inf" parses as inf
-        buckets[le] = buckets.get(le, 0.0) + value - before.get(series, 0.0)
-    if not buckets:
-        return None
-    bounds = sorted(buckets)
-    total = buckets[bounds[-1]]
-    if total <= 0:
-        return None
-    rank = q * total
-    lower_bound, lower_count = 0.0, 0.0
-    for le in bounds:
-        count = buckets[le]
-        if count >= rank:
-            if le == float("inf"):
-                return lower_bound  # Prometheus: the highest finite bound
-            if count == lower_count:
-                return le
-            return lower_bound + (le - lower_bound) * (rank - lower_count) / (count - lower_count)
-        lower_bound, lower_count = le, count
-    return bounds[-1]
+def _drain(urls: Mapping[str, str], timeout_s: float) -> None:
+    """Until the workers report no consumer lag (at most ``timeout_s``)."""
+    deadline, workers = time.monotonic() + timeout_s, [u for n, u in urls.items() if n.startswith("fanout-worker")]
+    while time.monotonic() < deadline and any(probes.total(probes.scrape(u), "fanline_consumer_lag_messages") for u in workers):
+        time.sleep(0.5)
 
 
-def counter_increase(
-    before: Mapping[str, float], after: Mapping[str, float], metric: str, must_contain: Sequence[str] = ()
-) -> float:
-    """The summed increase of every ``metric`` series with those labels."""
-    total = 0.0
-    for series, value in after.items():
-        name = series.split("{", 1)[0]
-        if name == metric and all(m in series for m in must_contain):
-            total += value - before.get(series, 0.0)
-    return total
-
-
-def cpu_per_1k(cpu_before: Mapping[str, float], cpu_after: Mapping[str, float], requests: int) -> dict[str, float]:
-    """CPU-seconds per 1,000 requests of each process (and ``total``)."""
-    if requests <= 0:
-        return {}
-    out = {name: round((cpu_after[name] - cpu_before.get(name, 0.0)) * 1000 / requests, 3) for name in sorted(cpu_after)}
-    out["total"] = round(sum(out.values()), 3)
-    return out
+def run_step(s: Scope, target: Target, rate: float, seconds: float, mix: Mix = MIX) -> tuple[Summary, float | None]:
+    """One open-loop run, recorded in ``s``: the client's summary and the delivery lag p99 (ms)."""
+    rng, workdir = random.Random(f"{s.scenario}-{rate}-{s.labels}"), Path(tempfile.mkdtemp(prefix="fanline-vegeta-"))
+    requests = make_targets(target.pop, target.api, max(1, int(rate * seconds)), rng, mix)
+    (targets := workdir / "targets.jsonl").write_text("".join(json.dumps(t) + "\n" for t in requests))
+    urls = target.metrics()
+    _drain(urls, 120.0)  # what came before (seeding, the previous step) is delivered first
+    before, cpu0 = {n: probes.scrape(u) for n, u in urls.items()}, probes.cpu_clocks(target.pids())
+    outcomes, vegeta_cpu = attack(targets, rate, seconds)
+    shutil.rmtree(workdir, ignore_errors=True)
+    cpu1 = probes.cpu_clocks(target.pids())  # before the drain: the load's own CPU
+    _drain(urls, 30.0)
+    after, summary = {n: probes.scrape(u) for n, u in urls.items()}, summarize(outcomes)
+    s("offered_per_s", rate)
+    s("duration_s", seconds)
+    s("achieved_per_s", summary["all"]["achieved_per_s"])
+    s("refused_without_retry_after", summary["all"]["refused_without_retry_after"])
+    for route, got in summary.items():
+        for name in ("requests", "errors"):
+            s(name, got[name], route=route)
+        s("refused", len(got["refused"]), route=route)
+        s.dist("accepted_ms", got["accepted"], ("p50", "p99", "max"), route=route)
+        s.dist("refused_ms", got["refused"], ("max",), route=route)
+    for route, (method, path) in ROUTES.items():
+        for q in (50, 99):
+            labels = (f'method="{method}"', f'route="{path}"')
+            v = probes.quantile(before.get("api", {}), after.get("api", {}), probes.HTTP, q / 100, *labels)
+            s("gateway_ms", None if v is None else 1000 * v, route=route, stat=f"p{q}")
+    for service in ("api", "tweet-store", "social-graph"):
+        b, a = before.get(service, {}), after.get(service, {})
+        s("shed", probes.increase(b, a, "fanline_admission_shed_total"), service=service)
+        wait = probes.quantile(b, a, "fanline_admission_queue_wait_seconds", 0.99, 'outcome="admitted"')
+        s("queue_wait_p99_ms", None if wait is None else 1000 * wait, service=service)
+    # every worker's lag histogram, summed per bucket bound (series kept apart by a suffix)
+    workers = [n for n in after if n.startswith("fanout-worker")]
+    lag_b, lag_a = ({f"{k}@{n}": v for n in workers for k, v in page.get(n, {}).items()} for page in (before, after))
+    lag = {q: probes.quantile(lag_b, lag_a, "fanline_delivery_lag_seconds", q / 100) for q in (50, 99)}
+    for q, v in lag.items():
+        s("lag_ms", None if v is None else 1000 * v, stat=f"p{q}")
+    s("lag_tweets", sum(probes.increase(before.get(n, {}), after[n], "fanline_delivery_lag_seconds_count") for n in workers), "")
+    for process, v in probes.cpu_per_1k(cpu0, cpu1, sent := summary["all"]["requests"]).items():
+        s("cpu_s_per_1k", v, process=process)
+    s("generator_cpu_s_per_1k", 1000 * vegeta_cpu / sent)
+    return summary, None if lag[99] is None else 1000 * lag[99]

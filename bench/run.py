@@ -1,309 +1,140 @@
-"""Run the Fanline benchmarks (issue 4) in one go.
+"""Run the Fanline benchmarks on the real Cassandra and Kafka.
 
-    python -m bench.run            # full run: bench/results/ and docs/benchmarks.md
-    python -m bench.run --quick    # smoke run (a few minutes): bench/results/quick/
-    python bench/run.py --quick    # the same
+    python -m bench.run                        # every scenario (make bench): bench/results/, docs/benchmarks.md
+    python -m bench.run --quick                # a few minutes (make bench-quick): bench/results/quick/
+    python -m bench.run --only celebrity       # some scenarios, merged into the previous results
+    python -m bench.run --baseline-ref 5e0d410 --only baseline_ref   # capacity beside a git ref
+    python -m bench.run --render               # the page again from latest.json, nothing run
 
-Starts (or reuses) the real Cassandra and Kafka through deploy/local/infra,
-starts its own isolated system (keyspaces ``bench_<tag>_*``, topics
-``bench.<tag>.*``, consumer group ``bench-<tag>``, ports from ``--base-port``),
-runs every phase, writes the results JSON (latest + dated copy) and the
-markdown page with its plots, and drops its keyspaces and topics at the end.
-Progress goes to stderr with the elapsed time.
+Starts (or reuses) the engines through ``deploy.local.infra`` and its own
+isolated system (keyspaces ``bench_<tag>_*``, topics ``bench.<tag>.*``, ports
+from ``--base-port``), runs the scenarios of ``scenarios.toml`` in order (one
+that fails is noted, the others still run), writes the rows, renders the page,
+and drops its keyspaces and topics. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import importlib
 import os
 import signal
+import subprocess
 import sys
 import time
+import tomllib
 import traceback
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
+import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-if __name__ == "__main__" and not __package__:  # run as a script: python bench/run.py
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    __package__ = "bench"
+from . import report, rows, targets
+from .context import REPO, Ctx, say
+
+PLAN = Path(__file__).with_name("scenarios.toml")
 
 
-from . import report, results
-from .common import _T0, FULL, QUICK, say
-from .harness import Bench, machine_info
-from .phases import (
-    cassandra_stress,
-    ceiling,
-    celebrity,
-    delivery_lag,
-    latency_scaling,
-    mixed,
-    mixed_embedded,
-    overload,
-    post_latency,
-    profile,
-    read_path,
-    saturation,
-    scaling,
-    streams,
-)
-from .procs import REPO
-
-# Phases that create their own accounts and need none of the seeded graph.
-UNSEEDED = {"streams"}
-
-
-async def run_phases(bench: Bench) -> dict[str, Any]:
-    """Set up, seed, run every phase (or ``--only`` those) in order, tear down;
-    a failing phase is recorded in the notes and the others still run."""
-    started_at = datetime.now(UTC)
-    bench.doc["machine"] = machine_info()
-    bench.details.update(
-        mode=bench.plan.mode,
-        started_at=started_at.strftime("%Y-%m-%d %H:%M UTC"),
-        command="make bench" if bench.plan.mode == "full" else "make bench-quick",
-        plan=bench.plan.__dict__,
-        tag=bench.tag,
-    )
-    phases: list[tuple[str, Callable[[Bench], Awaitable[None]]]] = [
-        ("ceiling", ceiling.run),
-        ("stress", cassandra_stress.run),
-        ("scaling", scaling.run),
-        ("ceiling_again", ceiling.run_again),
-        ("post_latency", post_latency.run),
-        ("delivery_lag", delivery_lag.run),
-        ("read_path", read_path.run),
-        ("streams", streams.run),
-        ("profile", profile.run),
-        # Issue 13. Last: both restart services (workers with other settings,
-        # social-graph behind a latency proxy) and put them back afterwards.
-        ("celebrity", celebrity.run),
-        ("latency_scaling", latency_scaling.run),
-        # Issue 18: the open-loop mixed workload (vegeta), its saturation
-        # curve, twice that rate (admission control sheds), and the embedded
-        # default on a system of its own.
-        ("mixed", mixed.run),
-        ("saturation", saturation.run),
-        ("overload", overload.run),
-        ("mixed_embedded", mixed_embedded.run),
-    ]
-    only = set(bench.args.only.split(",")) if bench.args.only else None
-    unknown = (only or set()) - {name for name, _ in phases}
-    if unknown:
-        raise SystemExit(f"unknown phase(s): {', '.join(sorted(unknown))}")
-    timings: dict[str, float] = {}
-    try:
-        await bench.setup()
-        if only is None or only - UNSEEDED:
-            await bench.seed()
-        for name, phase in phases:
-            if only is not None and name not in only:
-                continue
-            t = time.monotonic()
-            try:
-                await phase(bench)
-            except Exception as exc:  # noqa: BLE001 - record, keep the other phases
-                say(f"phase {name} FAILED: {exc!r}")
-                traceback.print_exc()
-                bench.notes.append(f"phase {name} failed: {type(exc).__name__}: {exc}")
-            timings[name] = round(time.monotonic() - t, 1)
-            say(f"phase {name}: {timings[name]:.0f}s")
-    finally:
-        await bench.teardown()
-    bench.details["phase_seconds"] = timings
-    bench.details["duration_s"] = round(time.monotonic() - _T0, 1)
-    bench.details["memory_method"] = (
-        "Peak RSS is the kernel's high-water mark (`VmHWM` in /proc/<pid>/status) of each service process, "
-        "polled every 0.5 s for the whole run; for the worker, the largest of every worker process started "
-        "(1, 2 or 4 at a time). The synchronous baseline's process peaked at "
-        f"{(bench.monitor.peak_mb().get('sync-baseline') if bench.monitor else None) or '—'} MB."
-    )
-    return bench.doc
-
-
-# --- output ------------------------------------------------------------------------------------
-
-
-def publish(doc: dict[str, Any], out_dir: Path, md_path: Path, plots_dir: Path, now: datetime) -> list[Path]:
-    """Write the JSON (latest + dated), the plots and the markdown page."""
-    results.finalize(doc)
-    latest, dated = results.write_results(doc, out_dir, now)
-    written = [latest, dated]
-    try:
-        plots = report.make_plots(doc, plots_dir)
-    except ImportError as exc:
-        say(f"matplotlib missing, no plots: {exc}")
-        plots = {}
-    written += plots.values()
-    rel = {k: os.path.relpath(v, md_path.parent) for k, v in plots.items()}
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(report.render_markdown(doc, rel, os.path.relpath(latest, md_path.parent)))
-    written.append(md_path)
-    return written
-
-
-def _rates(text: str) -> tuple[float, ...]:
-    try:
-        rates = tuple(float(r) for r in text.split(",") if r.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
-    if any(not r > 0 for r in rates):
-        raise argparse.ArgumentTypeError(f"rates must be positive: {text!r}")
-    return rates
-
-
-def _int_list(text: str, minimum: int, what: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(c) for c in text.split(",") if c.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not counts or any(c < minimum for c in counts):
-        raise argparse.ArgumentTypeError(f"{what} must be at least {minimum}: {text!r}")
-    return counts
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    return _int_list(text, 5, "follower counts (five watchers)")
-
-
-def _counts_any(text: str) -> tuple[int, ...]:
-    return _int_list(text, 1, "counts")
+def load_plan(quick: bool, overrides: Sequence[str] = (), path: Path = PLAN) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """(scenarios in run order, parameters per table) of a full or quick run; ``overrides``:
+    ``name.key=value`` (a TOML value; anything else is a string)."""
+    data = tomllib.loads(path.read_text())
+    quick_params, order = data.pop("quick", {}), data.pop("order")
+    params = {name: {**table, **(quick_params.get(name, {}) if quick else {})} for name, table in data.items()}
+    for item in overrides:
+        dotted, _, text = item.partition("=")
+        name, _, key = dotted.partition(".")
+        if key not in params.get(name, {}):
+            raise SystemExit(f"--set {item}: no parameter {dotted} in {path.name}")
+        try:
+            params[name][key] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            params[name][key] = text
+    return order, params
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short smoke run (a few minutes)")
-    parser.add_argument("--base-port", type=int, default=30000, help="first port of the isolated system (default 30000)")
-    parser.add_argument("--out", type=Path, help="results directory (default bench/results, or bench/results/quick)")
-    parser.add_argument("--docs", type=Path, help="markdown page (default docs/benchmarks.md, or <out>/benchmarks.md)")
-    parser.add_argument(
-        "--only",
-        "--phases",
-        dest="only",
-        metavar="PHASES",
-        help="comma-separated phases to run (ceiling,stress,scaling,ceiling_again,post_latency,"
-        "delivery_lag,read_path,streams,profile,celebrity,latency_scaling,mixed,saturation,overload,"
-        "mixed_embedded); default all; "
-        "the results are merged into the previous latest.json, keeping every other figure",
-    )
-    parser.add_argument("--lag-rate", type=float, help="tweets/s in the delivery-lag phase")
-    parser.add_argument(
-        "--lag-sweep",
-        type=_rates,
-        metavar="R1,R2",
-        help="further tweets/s for the delivery-lag phase, comma-separated ('' for none)",
-    )
-    parser.add_argument("--read-rate", type=float, help="GET /v1/timeline requests/s in the read-path phase")
-    parser.add_argument(
-        "--celebrity-counts",
-        type=_counts,
-        metavar="N1,N2",
-        help="follower counts of the celebrity phase (default 1000,10000,100000,1000000)",
-    )
-    parser.add_argument("--celebrity-posts", type=int, help="posts per follower count and mode in the celebrity phase")
-    parser.add_argument(
-        "--scale-delay-ms", type=float, help="latency added each way to Cassandra in the latency_scaling phase (default 5)"
-    )
-    parser.add_argument(
-        "--scale-counts",
-        type=_counts_any,
-        metavar="N1,N2",
-        help="worker counts of the latency_scaling phase, in order (default 1,2,4,1)",
-    )
-    parser.add_argument(
-        "--backlog-authors",
-        type=int,
-        help="authors of the scaling phases' backlog (default 8: one per partition, so 8 ordered lanes)",
-    )
-    parser.add_argument("--repeats", type=int, help="rounds of every repeated ratio (default 3; at least 1)")
-    parser.add_argument("--post-samples", type=int, help="posts per group, block and round in the post-latency phase")
-    # The deployment measured: docs/operations.md's recommendation for shared
-    # cores (background work in its own processes, at a lower CPU priority).
-    parser.add_argument(
-        "--fanout-replica",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="deployment: a social-graph and a tweet-store replica only the fan-out worker calls (default: on)",
-    )
-    parser.add_argument(
-        "--background-nice",
-        type=int,
-        default=10,
-        choices=range(0, 20),
-        metavar="0-19",
-        help="deployment: CPU niceness of the fan-out worker(s) and their replicas (default 10)",
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
-    parser.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="experiment: extra environment for every service (e.g. FANLINE_HOME_WRITE_WINDOW=32)",
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=(__doc__ or "").splitlines()[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="a few minutes: every scenario small (bench/results/quick/)")
+    add("--only", "--phases", dest="only", metavar="NAMES", help="comma-separated scenarios, merged into latest.json")
+    add("--set", action="append", default=[], metavar="NAME.KEY=VALUE", help="a parameter, e.g. celebrity.counts=[1000,10000]")
+    add("--baseline-ref", metavar="REF", help="a git ref whose capacity the baseline_ref scenario measures beside this one")
+    add("--base-port", type=int, default=30000 + int(os.environ.get("FANLINE_TEST_PORT_OFFSET", "0")), help="first port used")
+    add("--out", type=Path, help="results directory (default bench/results, or bench/results/quick)")
+    add("--docs", type=Path, help="the page (default docs/benchmarks.md, or <out>/benchmarks.md)")
+    add("--render", action="store_true", help="render the page from <out>/latest.json, run nothing")
+    add("--fanout-replica", action=argparse.BooleanOptionalAction, default=True, help="fan-out replicas of the stores")
+    add("--background-nice", type=int, default=10, choices=range(20), metavar="0-19", help="niceness of the fan-out (default 10)")
+    add("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
+    add("--env", action="append", default=[], metavar="KEY=VALUE", help="experiment: extra environment for every service")
     return parser.parse_args(argv)
 
 
-def stop_on_signals() -> None:
-    """Ctrl-C and SIGTERM both stop a run *with* its teardown (keyspaces and
-    topics dropped, every service stopped): ``asyncio.run`` cancels the
-    running phase on SIGINT only if SIGINT has Python's default handler, and
-    a process started as a shell's background job inherits it ignored; a
-    SIGTERM is turned into that SIGINT."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: os.kill(os.getpid(), signal.SIGINT))
+async def run(ctx: Ctx, order: list[str], only: set[str] | None) -> None:
+    """Set up, seed (unless only unseeded scenarios run), run the scenarios, tear down."""
+    started, chosen = time.monotonic(), [name for name in order if only is None or name in only]
+    try:
+        await ctx.setup()
+        if any(not ctx.params[name].get("unseeded") for name in chosen):
+            await ctx.seed()
+        for name in chosen:
+            ctx.rec.add(rows.META, "load_1m", os.getloadavg()[0], "", of=name)
+            t, module = time.monotonic(), importlib.import_module(f"bench.scenarios.{ctx.params[name]['module']}")
+            try:
+                await getattr(module, name)(ctx, ctx.params[name])
+            except Exception as exc:  # noqa: BLE001 - noted; the other scenarios still run
+                say(f"scenario {name} FAILED: {exc!r}")
+                traceback.print_exc()
+                ctx.rec.scope(name).note(f"failed: {type(exc).__name__}: {exc}"[:500])
+            ctx.rec.add(rows.META, "seconds", time.monotonic() - t, "s", of=name)
+            say(f"scenario {name}: {time.monotonic() - t:.0f}s")
+    finally:
+        await ctx.teardown(partial=only is not None)
+        ctx.rec.add(rows.META, "duration_s", time.monotonic() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    stop_on_signals()
-    plan = QUICK if args.quick else FULL
-    if args.lag_rate:
-        plan = replace(plan, lag_rate=args.lag_rate)
-    if args.lag_sweep is not None:
-        plan = replace(plan, lag_sweep_rates=args.lag_sweep)
-    if args.read_rate:
-        plan = replace(plan, read_rate=args.read_rate)
-    narrowed = {
-        "celebrity_counts": args.celebrity_counts,
-        "celebrity_posts": args.celebrity_posts,
-        "backlog_authors": args.backlog_authors,
-        "scale_delay_ms": args.scale_delay_ms,
-        "scale_counts": args.scale_counts,
-        "repeats": args.repeats,
-        "post_samples": args.post_samples,
-    }
-    plan = replace(plan, **{field: value for field, value in narrowed.items() if value is not None})
-    out = args.out or (REPO / "bench" / "results" / ("quick" if args.quick else ""))
-    md = args.docs or (out / "benchmarks.md" if args.quick else REPO / "docs" / "benchmarks.md")
-    plots_dir = md.parent / ("plots" if args.quick else "benchmarks")
-    bench = Bench(plan, args)
-    try:
-        doc = asyncio.run(run_phases(bench))
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    now = datetime.now()
+    out = args.out or REPO / "bench" / "results" / ("quick" if args.quick else "")
+    page = args.docs or (out / "benchmarks.md" if args.quick or args.out else REPO / "docs" / "benchmarks.md")
     latest = out / "latest.json"
-    if args.only and latest.exists():
-        # Only some phases ran: keep every other figure of the previous results.
-        phases = args.only.split(",")
-        doc = results.merge_partial(json.loads(latest.read_text()), doc, phases)
-        say(f"merged the {', '.join(phases)} results into the previous {os.path.relpath(latest, REPO)}")
-    written = publish(doc, out, md, plots_dir, now)
-    say("wrote " + ", ".join(os.path.relpath(p, REPO) for p in written))
-    for t in results.evaluate_targets(doc):
-        say(
-            f"target {t.key}: measured {t.measured if t.measured is None else round(t.measured, 2)} "
-            f"{t.op} {t.bound if t.bound is None else round(t.bound, 2)}: "
-            f"{ {True: 'pass', False: 'FAIL', None: 'not measured'}[t.passed] }"
-        )
-    print(json.dumps(doc.get("targets", {}), indent=1))
+    if args.render:
+        say("wrote " + ", ".join(map(str, report.render(rows.load(latest), page, latest))))
+        return 0
+    order, params = load_plan(args.quick, args.set)
+    if unknown := set(args.only.split(",") if args.only else ()) - set(order):
+        raise SystemExit(f"unknown scenario(s): {', '.join(sorted(unknown))} (known: {', '.join(order)})")
+    # Ctrl-C and SIGTERM both stop a run with its teardown (SIGINT may be inherited ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    run_id = f"{datetime.now(UTC):%Y-%m-%dT%H%M}-{uuid.uuid4().hex[:4]}"
+    rec = rows.Recorder(run_id, REPO / "test-artifacts" / f"bench-{run_id[-4:]}" / "rows.jsonl")
+    git = [
+        subprocess.run(["git", *a.split()], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        for a in ("rev-parse HEAD", "status -s -uno")
+    ]
+    rec.add(rows.META, "started_at", f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}")
+    rec.add(rows.META, "mode", "quick" if args.quick else "full")
+    rec.add(rows.META, "command", " ".join(["python -m bench.run", *(sys.argv[1:] if argv is None else argv)]))
+    rec.add(rows.META, "git", git[0][:12] + (" (uncommitted changes)" if git[1] else ""))
+    for name, table in params.items():
+        for key, value in table.items():
+            rec.add(rows.META, "param", str(value), "", key=f"{name}.{key}")
+    previous = rows.load(latest) if args.only else []
+    try:
+        asyncio.run(run(Ctx(args, params, rec, rows.Results(previous)), order, set(args.only.split(",")) if args.only else None))
+    except KeyboardInterrupt:
+        say("interrupted; the rows measured so far are in " + str(rec._log))
+        return 130
+    merged = rows.merge(previous, rec.rows) if args.only else rec.rows
+    rows.write(rec.rows, out / f"{run_id}.json")
+    rows.write(merged, latest)
+    say("wrote " + ", ".join(map(str, [out / f"{run_id}.json", latest, *report.render(merged, page, latest)])))
+    for v in targets.evaluate(rows.Results(merged)):
+        say(f"target {v.key}: {v.measured} {v.op} {v.bound}: {v.result} {v.note}")
     return 0
 
 

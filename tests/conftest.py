@@ -24,7 +24,6 @@ When used, the terminal summary shows exactly one line
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,6 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-INFRA_DIR = REPO / "deploy" / "local"
 
 _MARKERS = (
     "real_infra: needs the real Cassandra and Kafka started by deploy/local/infra",
@@ -85,9 +83,7 @@ def _flag(name: str) -> bool:
 
 
 def _load_infra_module() -> Any:
-    if str(INFRA_DIR) not in sys.path:
-        sys.path.insert(0, str(INFRA_DIR))
-    import infra  # deploy/local/infra (stdlib only)
+    from deploy.local import infra  # stdlib only
 
     return infra
 

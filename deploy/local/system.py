@@ -7,7 +7,9 @@ URLs, and on Ctrl-C / SIGTERM stops them in reverse order, leaving no process
 behind (children also get SIGKILL if this supervisor itself dies, via
 PR_SET_PDEATHSIG).
 
-Used as a library by the end-to-end tests: ``System(...).start()`` / ``stop()``.
+``python -m deploy.local.system`` (``make run``) or ``python deploy/local/system.py``.
+Used as a library by the end-to-end tests and the benchmark:
+``from deploy.local.system import System``; ``System(...).start()`` / ``stop()``.
 """
 
 from __future__ import annotations

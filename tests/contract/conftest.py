@@ -26,6 +26,7 @@ from fanline_social_graph.adapters import SocialGraphStorage
 from fanline_social_graph.adapters import build_storage as build_social_graph
 from fanline_tweet_store.adapters import TweetStoreStorage
 from fanline_tweet_store.adapters import build_storage as build_tweet_store
+from fanline_tweet_store.home_writes import HomeWrites
 
 from .support import DEFAULT_RETENTION_S, Clock, Names, TweetStoreFactory, storage_settings
 
@@ -68,7 +69,7 @@ class CassandraModuleStores:
     async def tweet_store(self, retention_s: int) -> TweetStoreStorage:
         key = ("tweet_store", retention_s)
         if key not in self._cache:
-            storage = build_tweet_store(self.settings(), home_retention_s=retention_s)
+            storage = build_tweet_store(self.settings(), HomeWrites(retention_s))
             await storage.start()
             self._cache[key] = storage
         return self._cache[key]  # type: ignore[no-any-return]
@@ -142,7 +143,7 @@ async def make_tweet_store(backend: Backend, tmp_path: Path) -> AsyncIterator[Tw
         if backend.stores is not None:
             return await backend.stores.tweet_store(retention_s)
         settings = storage_settings("sqlite", data_dir=tmp_path / "data", prefix=f"test{len(opened)}")
-        storage = build_tweet_store(settings, home_retention_s=retention_s)
+        storage = build_tweet_store(settings, HomeWrites(retention_s))
         await storage.start()
         opened.append(storage)
         return storage

@@ -79,7 +79,7 @@ def tweet_store_service(
 ) -> Any:
     """tweet-store's service layer over ``storage``, as its app composes it
     (whom a reader follows: ``following``, default nobody)."""
-    from fanline_tweet_store.cap import HomeCap
+    from fanline_tweet_store.home_cap import HomeCap
     from fanline_tweet_store.hybrid import HybridHome, HybridPolicy
     from fanline_tweet_store.regeneration import Regenerator
     from fanline_tweet_store.service import TweetStore

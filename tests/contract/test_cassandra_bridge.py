@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cassandra import InvalidRequest
 from cassandra.cluster import ResponseFuture, Session
 
-from cassandra import InvalidRequest
 from fanline_shared import cassandra as fc
 from fanline_shared.errors import Unavailable
 

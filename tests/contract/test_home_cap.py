@@ -85,7 +85,7 @@ async def test_large_account_registration_expires(tweet_store: TweetStoreStorage
     assert brief.lower() not in await tweet_store.large.members()
 
 
-@pytest.mark.parametrize("backend", ["cassandra"], indirect=True)
+@pytest.mark.parametrize("backend", [pytest.param("cassandra", marks=pytest.mark.real_infra)], indirect=True)
 async def test_trims_leave_at_most_one_range_tombstone_in_a_page(
     backend: object, tweet_store: TweetStoreStorage, names: Names
 ) -> None:

@@ -181,7 +181,7 @@ async def test_a_cached_large_account_head_serves_pages_and_falls_back_past_it(
 
 
 async def test_since_cuts_every_timeline_strictly_above_an_id(tweet_store: TweetStoreStorage, graph: Graph, names: Names) -> None:
-    from fanline_tweet_store.cap import HomeCap
+    from fanline_tweet_store.home_cap import HomeCap
     from fanline_tweet_store.regeneration import Regenerator
     from fanline_tweet_store.service import TweetStore
 

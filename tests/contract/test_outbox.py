@@ -18,7 +18,7 @@ import pytest
 
 from fanline_shared.cassandra import outbox_partition
 from fanline_shared.domain import OutboxEvent, Tweet, new_timeuuid, timeuuid_time, utcnow
-from fanline_shared.ports import Outbox
+from fanline_shared.outbox.ports import Outbox
 from fanline_social_graph.adapters import SocialGraphStorage
 from fanline_tweet_store.adapters import TweetStoreStorage
 

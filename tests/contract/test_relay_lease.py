@@ -1,4 +1,4 @@
-"""Contract of ``RelayLease`` (ports.py) — the outbox relay's lease, of both
+"""Contract of ``RelayLease`` (fanline_shared.outbox.ports) — the outbox relay's lease, of both
 owning services, against every adapter: one holder at a time, renewable by
 its holder, free again once expired or released (issue 14, 3(e))."""
 
@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from fanline_shared.ports import Outbox
+from fanline_shared.outbox.ports import Outbox
 from fanline_social_graph.adapters import SocialGraphStorage
 from fanline_tweet_store.adapters import TweetStoreStorage
 

@@ -10,7 +10,6 @@ tests use fresh usernames so they never see each other's data. Fault tests
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,12 +18,11 @@ from typing import Any
 
 import pytest
 
+from deploy.local.system import System
+
 from .client import Api
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "deploy" / "local"))
-
-from system import System  # noqa: E402
 
 ARTIFACTS = REPO / "test-artifacts"
 # Shifts every port the e2e systems use, so two test runs can share a machine.
@@ -208,7 +206,7 @@ def cluster_infra() -> Iterator[ClusterInfra]:
     once per session and stopped at its end unless ``FANLINE_KEEP_INFRA=1`` or
     they were already running. Skipped like ``real_infra`` unless
     ``REQUIRE_REAL_INFRA=1``. Never touches the single-node engines."""
-    import infra as module  # deploy/local/infra (on sys.path above)
+    from deploy.local import infra as module
 
     state = os.environ.get("FANLINE_CLUSTER_INFRA_DIR", "").strip() or str(REPO / ".infra-cluster")
     # Node restarts under load on two shared cores took up to ~140 s (a broker

@@ -33,7 +33,7 @@ from typing import Any
 
 import httpx
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 from .cluster import Load

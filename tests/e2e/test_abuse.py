@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import PASSWORD, Api
 from .conftest import make_system

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import PASSWORD, Api, eventually
 from .cluster import (

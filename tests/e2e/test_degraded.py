@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .conftest import make_system

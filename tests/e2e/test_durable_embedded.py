@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .conftest import FAST_ENV, PORT_OFFSET

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +21,10 @@ from typing import Any
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
-from .conftest import REPO, make_system
+from .conftest import make_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_infra]
 
@@ -52,9 +51,9 @@ def rebalance_system(real_infra: Any, tmp_path: Path) -> Iterator[System]:
 
 
 def seed(infra: Any, keyspace: str, author: str) -> list[str]:
-    sys.path.insert(0, str(REPO))
-    from bench import seed as bench_seed
     from cassandra.cluster import Cluster
+
+    from bench import seed as bench_seed
 
     graph = bench_seed.Graph(tag=secrets.token_hex(3), followers={author: FOLLOWERS})
     cluster = Cluster([infra.cassandra_host], port=infra.cassandra_port)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .test_large_accounts import metric

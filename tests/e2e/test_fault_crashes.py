@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import PASSWORD, eventually
 from .faultkit import Background, CountingApi, FaultRow, record

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 from .cluster import setup_users, verify

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .cluster import setup_users, verify

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 from .conftest import REPO

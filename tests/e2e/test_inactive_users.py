@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .test_large_accounts import metric

@@ -13,7 +13,7 @@ import re
 
 import httpx
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 

@@ -36,7 +36,7 @@ import httpx
 import orjson
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 from .conftest import make_system

@@ -35,7 +35,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.partitioner import murmur2
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .conftest import make_system

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from system import System, metrics_url_of
+from deploy.local.system import System, metrics_url_of
 
 from .client import PASSWORD
 from .conftest import PORT_OFFSET, make_system

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .conftest import make_system

@@ -29,7 +29,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from system import System, metrics_url_of
+from deploy.local.system import System, metrics_url_of
 
 from .client import Api, eventually
 from .conftest import make_system

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .conftest import ARTIFACTS, REPO, make_system
@@ -58,7 +58,7 @@ class SecureInfra:
 
 @pytest.fixture(scope="module")
 def secure_infra() -> Iterator[SecureInfra]:
-    import infra as module  # deploy/local/infra (on sys.path through conftest)
+    from deploy.local import infra as module
 
     state = os.environ.get("FANLINE_SECURE_INFRA_DIR", "").strip() or str(REPO / ".infra-secure")
     local = module.LocalInfra(module.InfraConfig.from_env(secure=True, state_dir=state))

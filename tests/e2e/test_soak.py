@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .cluster import setup_users, verify

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api, eventually
 from .cluster import setup_users, verify

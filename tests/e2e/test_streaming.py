@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 from .sse import Listener

@@ -16,7 +16,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from system import System
+from deploy.local.system import System
 
 from .client import Api
 

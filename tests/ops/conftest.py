@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from deploy.local.system import System
 from e2e.conftest import make_system
-from system import System  # deploy/local/system.py (put on sys.path by e2e.conftest)
 
 OPS_BASE_PORT = 21000
 OPS_REAL_BASE_PORT = 21100

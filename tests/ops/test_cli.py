@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy.local.system import System
 from e2e.client import Api, eventually
-from system import System
 
 from .support import VENV_BIN, produce, produce_poison
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
+from deploy.local.system import METRICS_PORT_OFFSET, System
 from e2e.client import eventually
 from e2e.conftest import make_system
-from system import METRICS_PORT_OFFSET, System
 
 from .conftest import OPS_REAL_BASE_PORT
 from .support import REPO, LoadReport, Prometheus, generate_load, produce_poison

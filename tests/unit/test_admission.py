@@ -22,7 +22,7 @@ from starlette.routing import Route
 from fanline_shared.admission import AdmissionMiddleware, Gate
 from fanline_shared.config import ConfigError, Env, admission_policy
 from fanline_shared.errors import OVERLOADED_HEADER, Overloaded
-from fanline_shared.peers import BACKGROUND, BULK, PRIORITY_HEADER
+from fanline_shared.http_client import BACKGROUND, BULK, PRIORITY_HEADER
 from fanline_shared.policies import GATEWAY_ADMISSION, PEER_REQUEST, AdmissionPolicy, RetryPolicy, retry
 
 

@@ -1,269 +1,146 @@
-"""The open-loop benchmark's logic (bench/openloop.py, loadgen.py, the
-issue-18 targets), without engines or processes: the population is
-heavy-tailed with distinct follow sets, the request list follows the mix in
-vegeta's format, vegeta's CSV is read right, a saturation step holds only
-when every bound does, the capacity is the last rate that held, the
-services' histograms are read like Prometheus reads them, and the targets
-judge the overload run."""
+"""The open-loop workload (bench/openloop.py): the population, the request list vegeta
+sends, its results, the saturation rules, and — with the real vegeta when ``make
+bench-tools`` built it — one attack against a local server that answers 201 or 503."""
 
 from __future__ import annotations
 
 import base64
+import http.server
 import json
-import os
 import random
-import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench import loadgen, openloop, results  # noqa: E402
-
-from .test_bench_report import fake_result, fake_step  # noqa: E402
+from bench import openloop
+from bench.openloop import Population
+from bench.rows import Recorder, Results
 
 
-def test_population_is_heavy_tailed_with_distinct_follow_sets_and_no_self_follows() -> None:
-    pop = openloop.zipf_population("t1", 300, 15, random.Random(1))
-    assert len(pop.users) == 300 and all(len(u) <= 15 for u in pop.users)
-    sets = [frozenset(f) for f in pop.follows.values()]
-    assert len(set(sets)) == len(sets)
-    assert all(me not in followees for me, followees in pop.follows.items())
-    assert all(len(f) == len(set(f)) >= 1 for f in pop.follows.values())
-    counts = sorted(pop.followers().values(), reverse=True)
-    # Zipf-like: the most followed has many times the median, the top 10 % hold a large share.
-    assert counts[0] >= 10 * max(1, counts[len(counts) // 2])
-    assert sum(counts[:30]) >= 0.4 * sum(counts)
-    assert pop.users[0] == "t1u0" and pop.followers()["t1u0"] == counts[0]
+def population(users: int = 30, mean: int = 4) -> Population:
+    follows = openloop.zipf_follows("t", users, mean, random.Random(7))
+    return Population(follows, {u: f"tok-{u}" for u in follows})
 
 
-def test_population_refuses_names_longer_than_usernames_allow() -> None:
+def test_population_is_zipf_like_and_every_follow_set_distinct() -> None:
+    follows = population(200, 6).follows
+    assert len({frozenset(f) for f in follows.values()}) == 200
+    assert all(me not in them and 1 <= len(them) <= 11 for me, them in follows.items())
+    followers = Counter(f for them in follows.values() for f in them)
+    most, median = followers.most_common(1)[0][1], sorted(followers.values())[len(followers) // 2]
+    assert followers["tu0"] == most and most > 5 * median  # a few authors have most followers
     with pytest.raises(ValueError):
-        openloop.zipf_population("much_too_long_", 20, 3, random.Random(1))
+        openloop.zipf_follows("a-long-prefix", 3000, 2, random.Random(1))
 
 
-def test_targets_follow_the_mix_in_vegeta_json_format() -> None:
-    pop = openloop.zipf_population("t2", 50, 5, random.Random(2))
-    tokens = {u: f"tok-{u}" for u in pop.users}
-    targets = openloop.make_targets(pop, tokens, "http://127.0.0.1:9", 5000, random.Random(3), "pw")
-    assert len(targets) == 5000
+def test_requests_follow_the_mix_in_vegetas_format() -> None:
+    pop = population()
+    targets = openloop.make_targets(pop, "http://h:1", 5000, random.Random(3))
     kinds = Counter(openloop.route_of(t["method"], t["url"]) for t in targets)
+    assert set(kinds) == set(openloop.MIX)
     for kind, share in openloop.MIX.items():
-        assert abs(kinds[kind] / 5000 - share) < 0.03, (kind, kinds[kind])
+        assert abs(kinds[kind] / 5000 - share) < 0.03
     post = next(t for t in targets if t["method"] == "POST" and t["url"].endswith("/v1/tweets"))
     assert post["header"]["Authorization"][0].startswith("Bearer tok-")
     assert json.loads(base64.b64decode(post["body"]))["body"].startswith("open-loop tweet")
     sign_in = next(t for t in targets if t["url"].endswith("/v1/sessions"))
-    assert "Authorization" not in sign_in["header"] and json.loads(base64.b64decode(sign_in["body"]))["password"] == "pw"
-    for t in targets:
-        if t["method"] in ("PUT", "DELETE"):
-            me, other = t["url"].split("/v1/users/")[1].split("/following/")
-            assert me != other and t["header"]["Authorization"] == [f"Bearer tok-{me}"]
-    lines = openloop.targets_jsonl(targets[:3]).splitlines()
-    assert [json.loads(line) for line in lines] == targets[:3]
+    assert "Authorization" not in sign_in["header"]
+    assert json.loads(base64.b64decode(sign_in["body"]))["password"] == openloop.PASSWORD
 
 
-@pytest.mark.parametrize(
-    ("method", "url", "route"),
-    [
-        ("POST", "http://h:1/v1/tweets", "post"),
-        ("GET", "http://h:1/v1/timeline?limit=20", "home"),
-        ("GET", "http://h:1/v1/users/bob/tweets?limit=20", "userline"),
-        ("PUT", "http://h:1/v1/users/a/following/b", "follow"),
-        ("DELETE", "http://h:1/v1/users/a/following/b", "unfollow"),
-        ("POST", "http://h:1/v1/sessions", "sign_in"),
-        ("GET", "http://h:1/v1/tweets", "other"),
-    ],
-)
-def test_route_of(method: str, url: str, route: str) -> None:
-    assert openloop.route_of(method, url) == route
+def test_a_follow_only_mix_follows_new_pairs_once_each() -> None:
+    pop = population()
+    pairs = [t["url"].split("/v1/users/")[1] for t in openloop.make_targets(pop, "", 300, random.Random(1), {"follow": 1.0})]
+    assert len(set(pairs)) == 300
+    for pair in pairs:
+        me, _, other = pair.partition("/following/")
+        assert other not in pop.follows[me] and other != me
 
 
-def _csv_row(ts: int, code: int, latency_ms: float, method: str, url: str, headers: str = "", error: str = "") -> str:
-    encoded = base64.b64encode(headers.encode()).decode()
-    return f'{ts},{code},{int(latency_ms * 1e6)},10,20,"{error}",,,0,{method},{url},{encoded}\n'
-
-
-def test_vegeta_csv_is_summarized_per_route_with_refusals_and_errors_apart() -> None:
-    text = "".join(
-        [
-            *(_csv_row(i * 10_000_000, 201, 10 + i, "POST", "http://h/v1/tweets") for i in range(100)),
-            *(
-                _csv_row(
-                    1_000_000_000 + i,
-                    503,
-                    5.0,
-                    "GET",
-                    "http://h/v1/timeline",
-                    "Retry-After: 1\r\nContent-Type: application/json\r\n",
-                )
-                for i in range(9)
-            ),
-            _csv_row(1_000_000_009, 503, 7.0, "GET", "http://h/v1/timeline"),  # no Retry-After
-            _csv_row(1_000_000_010, 500, 3.0, "GET", "http://h/v1/users/x/tweets"),
-            _csv_row(1_000_000_011, 0, 30000.0, "GET", "http://h/v1/users/x/tweets", error="timeout"),
-        ]
-    )
-    s = openloop.summarize(openloop.parse_vegeta_csv(text))
-    total = s["total"]
-    assert (total["requests"], total["accepted"], total["refused"], total["errors"]) == (112, 100, 10, 2)
-    assert total["refused_without_retry_after"] == 1
-    assert total["error_statuses"] == {"500": 1, "no answer": 1}
-    assert s["routes"]["post"]["accepted_ms"]["p50"] == pytest.approx(59.5)
-    assert s["routes"]["post"]["accepted_ms"]["max"] == 109.0
-    assert s["routes"]["home"]["refused_ms"]["max"] == 7.0
-    assert total["achieved_rate_per_s"] == pytest.approx(111 / 1.000000011, rel=1e-3)
-
-
-def test_a_step_holds_only_within_every_bound() -> None:
-    good = fake_step(40, 60.0, 900.0)["client"]
-    assert openloop.step_held(good, 900.0, 40) == (True, "held")
-    assert not openloop.step_held(fake_step(40, 150.0, 900.0)["client"], 900.0, 40)[0]  # post p99
-    assert not openloop.step_held(good, 2500.0, 40)[0]  # lag
-    assert not openloop.step_held(good, None, 40)[0]
-    assert not openloop.step_held(fake_step(40, 60.0, 900.0, refused=10)["client"], 900.0, 40)[0]  # > 1 % refused
-    held, why = openloop.step_held(good, 900.0, 100)  # the generator fell behind: not the system's figure
-    assert not held and "generator" in why
-
-
-def test_capacity_is_the_last_rate_that_held_before_the_first_that_did_not() -> None:
-    steps = [
-        {"rate_per_s": 20, "held": True},
-        {"rate_per_s": 40, "held": True},
-        {"rate_per_s": 80, "held": False},
-        {"rate_per_s": 160, "held": True},
-    ]
-    assert openloop.capacity(steps) == 40
-    assert openloop.capacity([{"rate_per_s": 20, "held": False}]) is None
-    assert openloop.saturation_rates(25, 1.5, 4) == [25, 37.5, 56.2, 84.4]
+def test_routes_and_rates() -> None:
+    assert openloop.route_of("DELETE", "http://x/v1/users/a/following/b") == "unfollow"
+    assert openloop.route_of("GET", "http://x/v1/users/a/tweets?limit=20") == "userline"
+    assert openloop.route_of("GET", "http://x/v1/users/a") == "other"
+    assert openloop.rates(25, 1.5, 4) == [25.0, 37.5, 56.2, 84.4]
+    assert [openloop.rate_flag(r) for r in (60, 37.5, 56.25, 84.4)] == ["60/1s", "75/2s", "225/4s", "422/5s"]
     with pytest.raises(ValueError):
-        openloop.saturation_rates(25, 1.0, 3)
+        openloop.rate_flag(0)
 
 
-def test_histogram_quantile_reads_the_increase_like_prometheus() -> None:
-    def scrape(counts: dict[str, float]) -> dict[str, float]:
-        return {f'm_bucket{{le="{le}",route="/a"}}': v for le, v in counts.items()} | {
-            'm_bucket{le="0.1",route="/b"}': 1000.0,
-            'm_bucket{le="+Inf",route="/b"}': 1000.0,
-        }
-
-    before = scrape({"0.01": 10, "0.1": 10, "1.0": 10, "+Inf": 10})
-    after = scrape({"0.01": 60, "0.1": 100, "1.0": 110, "+Inf": 110})  # +50, +40, +10 in the buckets
-    assert openloop.histogram_quantile(before, after, "m", 0.5, ('route="/a"',)) == pytest.approx(0.01)
-    # rank 90 of 100: in (0.01, 0.1], 40 of 50 through it
-    assert openloop.histogram_quantile(before, after, "m", 0.9, ('route="/a"',)) == pytest.approx(0.01 + 0.09 * 40 / 40)
-    assert openloop.histogram_quantile(before, after, "m", 0.99, ('route="/a"',)) == pytest.approx(0.1 + 0.9 * 0.9)
-    assert openloop.histogram_quantile(before, before, "m", 0.99, ('route="/a"',)) is None  # nothing observed
-    assert openloop.counter_increase({'c{a="1"}': 2.0}, {'c{a="1"}': 5.0, 'c{a="2"}': 1.0, "cx": 9.0}, "c") == 4.0
+def _summary(post_ms: list[float], refused: int = 0, errors: int = 0, achieved: float = 100.0) -> dict[str, dict[str, object]]:
+    total = {"requests": 1000, "accepted": [], "refused": [1.0] * refused, "errors": errors, "achieved_per_s": achieved}
+    return {"all": total, "post": {"accepted": post_ms}}
 
 
-def test_cpu_per_1k_requests_and_a_process_clock_that_moves() -> None:
-    per = openloop.cpu_per_1k({"api": 10.0, "tweet-store": 5.0}, {"api": 13.0, "tweet-store": 6.0}, 2000)
-    assert per == {"api": 1.5, "tweet-store": 0.5, "total": 2.0}
-    assert openloop.cpu_per_1k({}, {"api": 1.0}, 0) == {}
-    before = loadgen.process_cpu_s(os.getpid())
-    assert before is not None
-    sum(i * i for i in range(2_000_000))
-    after = loadgen.process_cpu_s(os.getpid())
-    assert after is not None and after > before
-    assert loadgen.process_cpu_s(2**22 + 12345) is None
+def test_a_saturation_step_holds_only_within_every_bound() -> None:
+    fast = [10.0] * 200
+    assert openloop.held(_summary(fast), 500, 100) == (True, "held")
+    assert openloop.held(_summary([10.0] * 197 + [300.0] * 3), 500, 100)[1].startswith("post p99")
+    assert openloop.held(_summary(fast), 2500, 100)[1].startswith("delivery lag p99")
+    assert openloop.held(_summary(fast), None, 100)[0] is False
+    assert openloop.held(_summary(fast, refused=8, errors=3), 500, 100)[1] == "11 of 1000 requests refused or failed"
+    assert openloop.held(_summary(fast, achieved=85.0), 500, 100)[1].startswith("generator achieved")
+    assert openloop.held(_summary([]), 500, 100) == (False, "no post accepted")
 
 
-@pytest.mark.parametrize(
-    ("change", "key", "expected"),
-    [
-        ({}, "overload_accepted_p99", True),
-        ({"accepted_p99_ms": 130.0}, "overload_accepted_p99", False),  # > 2 x 60 ms at capacity
-        ({"refused_max_ms": 101.0}, "overload_refusals_fast", False),
-        ({"errors": 3}, "overload_no_errors", False),
-        ({"accepted_p99_ms": None}, "overload_accepted_p99", None),
-    ],
-)
-def test_overload_targets(change: dict[str, object], key: str, expected: bool | None) -> None:
-    doc = fake_result()
-    doc["overload"].update(change)
-    verdict = {t.key: t.passed for t in results.evaluate_targets(doc)}
-    assert verdict[key] is expected
+def test_vegeta_csv_becomes_outcomes_per_route() -> None:
+    header = base64.b64encode(b"Retry-After: 1\r\nContent-Type: text/plain\r\n").decode()
+    lines = [
+        f"1000000000,201,5000000,10,20,,,,0,POST,http://h/v1/tweets,{header}",
+        "1500000000,503,2000000,10,20,,,,1,GET,http://h/v1/timeline?limit=20,",
+        "2000000000,0,30000000000,0,0,timeout,,,2,GET,http://h/v1/timeline,",
+    ]
+    summary = openloop.summarize(openloop.parse_csv("\n".join(lines)))
+    assert summary["all"]["requests"] == 3 and summary["all"]["achieved_per_s"] == 2.0
+    assert summary["post"]["accepted"] == [5.0]
+    assert summary["home"]["refused"] == [2.0] and summary["home"]["refused_without_retry_after"] == 1
+    assert summary["home"]["errors"] == 1
 
 
-def test_server_view_sums_every_workers_lag_and_reads_the_gateway_per_route() -> None:
-    from bench import workload
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """201 to posts; 503 with Retry-After to everything else."""
 
-    lag = "fanline_delivery_lag_seconds"
-    before = {
-        "fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 1.0, f'{lag}_bucket{{le="+Inf"}}': 1.0, f"{lag}_count": 1.0},
-        "api": {},
-    }
-    after = {
-        "fanout-worker": {f'{lag}_bucket{{le="1.0"}}': 5.0, f'{lag}_bucket{{le="+Inf"}}': 6.0, f"{lag}_count": 6.0},
-        "fanout-worker-2": {f'{lag}_bucket{{le="1.0"}}': 4.0, f'{lag}_bucket{{le="+Inf"}}': 4.0, f"{lag}_count": 4.0},
-        "api": {
-            'fanline_http_request_duration_seconds_bucket{le="0.01",method="POST",route="/v1/tweets",service="api"}': 10.0,
-            'fanline_http_request_duration_seconds_bucket{le="+Inf",method="POST",route="/v1/tweets",service="api"}': 10.0,
-            'fanline_admission_shed_total{reason="deadline",route="/v1/timeline",service="api"}': 7.0,
-        },
-    }
-    view = workload.server_view(before, after)
-    assert view["delivery_lag_ms"] == {"p50": 562.5, "p99": 1000.0, "tweets": 9}  # 8 of 9 within 1 s
-    assert view["gateway_route_ms"]["post"] == {"p50": 5.0, "p99": 9.9}
-    assert view["gateway_route_ms"]["home"] == {"p50": None, "p99": None}
-    assert view["admission"]["api"]["shed"] == 7
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(201 if self.command == "POST" else 503)
+        if self.command != "POST":
+            self.send_header("Retry-After", "1")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
 
 
-@pytest.mark.parametrize(
-    ("rate", "flag"),
-    [
-        (60, "60/1s"),
-        (37.5, "75/2s"),
-        (56.25, "225/4s"),
-        (126.5625, "2025/16s"),
-        (1 / 3, "333/1000s"),
-        (0.5, "1/2s"),
-    ],
-)
-def test_every_saturation_rate_is_a_rate_vegeta_accepts(rate: float, flag: str) -> None:
-    # vegeta exits 2 (usage) on -rate=37.5/1s: the curve's second step failed.
-    assert loadgen.rate_flag(rate) == flag
-    count, per = flag.split("/")
-    assert int(count) / int(per.removesuffix("s")) == pytest.approx(rate, rel=2e-3)
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
 
 
-def test_gate_sampler_reads_each_services_gate_every_interval() -> None:
-    import threading
-    import time
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from bench.workload import GateSampler
-
-    page = (
-        '# HELP fanline_admission_limit x\nfanline_admission_limit{service="api"} 12.0\n'
-        'fanline_admission_limit_other{service="api"} 99.0\n'
-        'fanline_admission_in_flight{service="api"} 7.0\nfanline_admission_waiting{service="api"} 2.0\n'
-    )
-
-    class Metrics(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = page.encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+def test_one_step_with_the_real_vegeta(server: str, tmp_path: Path) -> None:
     try:
-        with GateSampler({"api": url, "fanout-worker": url}, every_s=0.05) as gates:
-            time.sleep(0.4)
-    finally:
-        server.shutdown()
-    assert len(gates.samples) >= 3
-    # limit, in flight, waiting; a metric that only starts with the name is not it; workers have no gate
-    assert all(s["api"] == [12.0, 7.0, 2.0] and "fanout-worker" not in s for s in gates.samples)
-    assert [s["t"] for s in gates.samples] == sorted(s["t"] for s in gates.samples)
+        openloop.attack  # noqa: B018
+        vegeta = Path(openloop.__file__).with_name(".tools") / f"vegeta-{openloop.VEGETA}"
+        if not vegeta.exists():
+            pytest.skip("vegeta not built: make bench-tools")
+    except FileNotFoundError:
+        pytest.skip("vegeta not built")
+    rec = Recorder("r")
+    target = openloop.Target(server, dict, lambda: {"me": __import__("os").getpid()}, population())
+    summary, lag = openloop.run_step(rec.scope("mixed"), target, 40, 2)
+    r = Results(rec.rows)
+    assert lag is None  # no worker: no delivery lag
+    assert 70 <= r.num("mixed", "requests", route="all") <= 90  # type: ignore[operator]
+    accepted = len(summary["all"]["accepted"])  # posts and sign-ins: 201
+    assert r.num("mixed", "refused", route="all") == summary["all"]["requests"] - accepted
+    assert r.num("mixed", "refused_without_retry_after") == 0 and r.num("mixed", "errors", route="all") == 0
+    assert r.num("mixed", "achieved_per_s") == pytest.approx(40, rel=0.1)
+    assert r.num("mixed", "cpu_s_per_1k", process="fanline") is not None and r.num("mixed", "generator_cpu_s_per_1k")

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.errors import OVERLOADED_HEADER, Overloaded
-from fanline_shared.peers import TIMEOUT_HEADER, TweetStoreClient, caller_budget_s
+from fanline_shared.http_client import TIMEOUT_HEADER, caller_budget_s
 from fanline_shared.policies import FANOUT_PAGE
 from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
 
@@ -136,7 +137,7 @@ def test_a_far_cassandra_widens_a_pages_window_so_its_round_trips_fit_a_quarter_
 
 
 async def test_a_page_that_cannot_finish_in_its_budget_is_refused_before_any_write() -> None:
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     lim = _limit(0.4, limit=10)
     written: list[int] = []
@@ -187,7 +188,7 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     page's 1,000 rows by replica was two thirds of a replica's CPU (py-spy,
     latency-scaling phase) when it ran before the refusal."""
     from fanline_tweet_store.adapters import cassandra_home
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     grouped: list[int] = []
     monkeypatch.setattr(
@@ -196,14 +197,14 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     home = object.__new__(cassandra_home.CassandraHomeTimeline)
     lim = _limit(0.4, limit=10)
     lim.pending = 150
-    home._limit, home._concurrency, home._batch_rows = lim, 4, 10
+    home._limit, home._window, home._batch_rows = lim, 4, 10
     with page_budget(8.0), pytest.raises(PageRefused):
         await home._write_each(None, [("u", i) for i in range(1000)], "home_add")  # type: ignore[arg-type]
     assert grouped == [] and lim.pending == 150
 
 
 async def test_before_any_write_is_timed_only_the_first_page_is_admitted() -> None:
-    from fanline_tweet_store.limiter import PageRefused, page_budget
+    from fanline_tweet_store.write_context import PageRefused, page_budget
 
     lim = AdaptiveLimit(LimitPolicy(), busy=lambda: False)
     with page_budget(8.0):

@@ -42,7 +42,7 @@ def test_timeouts_must_be_positive(name: str, build: object) -> None:
 @pytest.mark.parametrize("name", ["FANLINE_FANOUT_BUSY_TOLERANCE", "FANLINE_FANOUT_IDLE_TOLERANCE"])
 def test_fanout_limit_tolerances_must_be_positive(tmp_path: object, name: str) -> None:
     base = {"FANLINE_DATA_DIR": str(tmp_path)}
-    assert TweetStoreSettings.from_env({**base, name: "2.5"}).fanout_limit is not None
+    assert TweetStoreSettings.from_env({**base, name: "2.5"}).home.limit is not None
     for bad in ("0", "-1"):
         with pytest.raises(ConfigError, match=name):
             TweetStoreSettings.from_env({**base, name: bad})

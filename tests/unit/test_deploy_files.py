@@ -82,9 +82,9 @@ class Service:
     config_module: str  # where its Settings live (the default port is read from it)
     port: int
 
-    @property
-    def dockerfile(self) -> Path:
-        return REPO / "services" / self.name / "Dockerfile"
+    def stages(self) -> list[Stage]:
+        """The Dockerfile's stages as built for this service (SERVICE=name)."""
+        return dockerfile_stages(DOCKERFILE, (("SERVICE", self.name),))
 
     @property
     def metrics_port(self) -> int:
@@ -99,6 +99,7 @@ SERVICES = (
     Service("fanout-worker", "fanline-fanout-worker", "WORKER", "fanline_fanout.config", 8003),
 )
 STORAGE_SERVICES = ("social-graph", "tweet-store")
+DOCKERFILE = REPO / "Dockerfile"  # every image, built with --build-arg SERVICE=<name>
 by_service = pytest.mark.parametrize("svc", SERVICES, ids=lambda s: s.name)
 
 
@@ -238,9 +239,13 @@ def substitute(text: str, variables: dict[str, str]) -> str:
 
 
 @cache
-def dockerfile_stages(path: Path) -> list[Stage]:
+def dockerfile_stages(path: Path, build_args: tuple[tuple[str, str], ...] = ()) -> list[Stage]:
+    """The stages, with every ``ARG``'s value (``build_args``, else its
+    default) substituted into the instructions after it."""
+    given = dict(build_args)
     global_args: dict[str, str] = {}
     stages: list[Stage] = []
+    scope: dict[str, str] = {}
     for line in dockerfile_lines(path.read_text()):
         keyword, _, args = line.partition(" ")
         keyword, args = keyword.upper(), args.strip()
@@ -248,12 +253,16 @@ def dockerfile_stages(path: Path) -> list[Stage]:
             words = [w for w in substitute(args, global_args).split() if not w.startswith("--")]
             name = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
             stages.append(Stage(base=words[0], name=name))
+            scope = {}
         elif not stages:
             assert keyword == "ARG", f"only ARG may come before the first FROM, found {keyword}"
             key, _, default = args.partition("=")
-            global_args[key] = default
+            global_args[key] = given.get(key, default)
+        elif keyword == "ARG":
+            key, _, default = args.partition("=")
+            scope[key] = given.get(key, default or global_args.get(key, ""))
         else:
-            stages[-1].instructions.append((keyword, args))
+            stages[-1].instructions.append((keyword, substitute(args, scope) if keyword in ("RUN", "COPY", "ENV") else args))
     assert stages, f"{path} has no FROM"
     return stages
 
@@ -375,17 +384,13 @@ def test_every_build_uses_the_repository_root_as_context() -> None:
 
 
 @by_service
-def test_every_service_is_built_from_its_own_dockerfile(svc: Service) -> None:
+def test_every_service_is_built_from_the_dockerfile_with_its_name(svc: Service) -> None:
     build = compose_service(svc.name)["build"]
-    assert build == {"context": ".", "dockerfile": f"services/{svc.name}/Dockerfile"}
+    assert build == {"context": ".", "dockerfile": "Dockerfile", "args": {"SERVICE": svc.name}}
 
 
-def test_every_dockerfile_under_services_is_used_by_compose() -> None:
-    used = {
-        (REPO / s["build"]["dockerfile"]).resolve() for s in compose()["services"].values() if isinstance(s.get("build"), dict)
-    }
-    for dockerfile in sorted((REPO / "services").glob("*/Dockerfile")):
-        assert dockerfile.resolve() in used, f"{dockerfile.relative_to(REPO)} is not built by docker-compose.yml"
+def test_there_is_one_dockerfile() -> None:
+    assert not sorted((REPO / "services").glob("*/Dockerfile")), "every image is built from the root Dockerfile"
 
 
 def _is_one_shot(service: dict[str, Any]) -> bool:
@@ -399,7 +404,7 @@ def _has_healthcheck(name: str) -> bool:
         return not service["healthcheck"].get("disable", False)
     build = service.get("build")
     if isinstance(build, dict):
-        final = dockerfile_stages(REPO / build["dockerfile"])[-1]
+        final = dockerfile_stages(REPO / build["dockerfile"], tuple(build.get("args", {}).items()))[-1]
         return any(not args.upper().startswith("NONE") for args in final.args_of("HEALTHCHECK"))
     return False
 
@@ -604,7 +609,7 @@ def test_prometheus_scrapes_the_kafka_exporter_and_only_known_services() -> None
 
 @by_service
 def test_dockerfile_is_multi_stage_on_slim_glibc_python(svc: Service) -> None:
-    stages = dockerfile_stages(svc.dockerfile)
+    stages = svc.stages()
     assert len(stages) >= 2, "builder + runtime"
     stage_names = {s.name for s in stages if s.name}
     for stage in stages:
@@ -616,7 +621,7 @@ def test_dockerfile_is_multi_stage_on_slim_glibc_python(svc: Service) -> None:
 
 @by_service
 def test_dockerfile_builder_installs_with_constraints(svc: Service) -> None:
-    *builders, runtime = dockerfile_stages(svc.dockerfile)
+    *builders, runtime = svc.stages()
     runs = [args for stage in builders for args in stage.args_of("RUN")]
     wanted = f"pip install -c constraints.txt ./shared ./services/{svc.name}"
     assert any(wanted in run for run in runs), f"no builder RUN does `{wanted}`"
@@ -627,29 +632,40 @@ def test_dockerfile_builder_installs_with_constraints(svc: Service) -> None:
 
 @by_service
 def test_dockerfile_runs_as_non_root(svc: Service) -> None:
-    users = dockerfile_stages(svc.dockerfile)[-1].args_of("USER")
+    users = svc.stages()[-1].args_of("USER")
     assert users, "the runtime stage has no USER"
     assert users[-1].split(":")[0] not in {"root", "0"}
 
 
 @by_service
 def test_dockerfile_healthcheck_probes_healthz_with_python(svc: Service) -> None:
-    (check,) = dockerfile_stages(svc.dockerfile)[-1].args_of("HEALTHCHECK")
+    (check,) = svc.stages()[-1].args_of("HEALTHCHECK")
     assert "/healthz" in check
     assert "urllib" in check, "slim images have no curl or wget"
-    assert f"FANLINE_{svc.env_prefix}_PORT" in check and str(svc.port) in check
+    assert "/opt/venv/fanline-port" in check, "the port comes from the builder's table"
 
 
 @by_service
-def test_dockerfile_exposes_binds_and_starts_the_service(svc: Service) -> None:
-    runtime = dockerfile_stages(svc.dockerfile)[-1]
-    exposed = [int(p.split("/")[0]) for args in runtime.args_of("EXPOSE") for p in args.split()]
-    assert exposed == [svc.port, svc.metrics_port]
+def test_dockerfile_knows_each_services_port_variable_and_default(svc: Service) -> None:
+    """The builder's table (read by the health check) names the variable the
+    service reads its port from, and its default."""
+    runs = [args for stage in svc.stages()[:-1] for args in stage.args_of("RUN")]
+    (table,) = [run for run in runs if "fanline-port" in run and "case" in run]
+    found = re.search(rf"\b{re.escape(svc.name)}\)\s*echo \"(\S+) (\d+)\"", table)
+    assert found, f"no {svc.name} entry in the Dockerfile's port table"
+    assert found.groups() == (f"FANLINE_{svc.env_prefix}_PORT", str(svc.port))
+
+
+@by_service
+def test_dockerfile_binds_and_starts_the_service(svc: Service) -> None:
+    *builders, runtime = svc.stages()
     env = runtime.env()
     assert env.get(f"FANLINE_{svc.env_prefix}_HOST") == "0.0.0.0", "bind all interfaces inside a container"
     assert env.get("PYTHONUNBUFFERED") == "1"
     (entrypoint,) = runtime.args_of("ENTRYPOINT")
-    assert json.loads(entrypoint) == [svc.script], "exec form, so signals reach the service"
+    assert json.loads(entrypoint) == ["fanline-service"], "exec form, so signals reach the service"
+    runs = [args for stage in builders for args in stage.args_of("RUN")]
+    assert any(f"ln -s {svc.script} /opt/venv/bin/fanline-service" in run for run in runs), "fanline-service is the script"
     scripts = tomllib.loads((REPO / "services" / svc.name / "pyproject.toml").read_text())["project"]["scripts"]
     assert svc.script in scripts
 

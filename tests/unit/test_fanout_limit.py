@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import REGISTRY
 
-from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy, bulk_writes
+from fanline_tweet_store.limiter import AdaptiveLimit, LimitPolicy
+from fanline_tweet_store.write_context import bulk_writes
 
 
 class Clock:

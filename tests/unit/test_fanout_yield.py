@@ -151,7 +151,7 @@ def test_the_workers_tweet_check_does_not_make_the_fanout_yield(tmp_path: Any) -
 
     from starlette.testclient import TestClient
 
-    from fanline_shared.peers import BACKGROUND, PRIORITY_HEADER
+    from fanline_shared.http_client import BACKGROUND, PRIORITY_HEADER
     from fanline_tweet_store.app import create_app
     from fanline_tweet_store.config import Settings
 

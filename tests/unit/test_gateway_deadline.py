@@ -1,6 +1,6 @@
 """The gateway answers within its request deadline (api/deadline.py,
 ``policies.RequestDeadline``) and a client that goes away mid-body is no
-server error (shared/web.py). Fakes only: a TCP server that accepts and never
+server error (shared/http_routes.py). Fakes only: a TCP server that accepts and never
 answers stands in for a storage service stuck on a paused Cassandra;
 tests/e2e/test_stalled_cassandra.py does it with the real engines."""
 
@@ -20,9 +20,9 @@ from starlette.responses import Response
 
 from fanline_api.deadline import bounded
 from fanline_shared import metrics
-from fanline_shared.peers import TweetStoreClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
+from fanline_shared.http_routes import json_response, read_json_object, route
 from fanline_shared.policies import RequestDeadline
-from fanline_shared.web import json_response, read_json_object, route
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from fanline_api.cursors import CursorCodec
 from fanline_api.gateway import Gateway
 from fanline_shared import events
 from fanline_shared.domain import OutboxEvent, new_timeuuid, utcnow
-from fanline_shared.peers import event_to_json
+from fanline_shared.outbox.wire import event_to_json
 
 
 class HeldPublisher:

@@ -1,4 +1,4 @@
-"""The cap's sampling and background trimming (cap.py), with a fake repository."""
+"""The cap's sampling and background trimming (home_cap.py), with a fake repository."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 from fanline_shared.domain import new_timeuuid
-from fanline_tweet_store.cap import HomeCap
+from fanline_tweet_store.home_cap import HomeCap
 
 
 class FakeHome:

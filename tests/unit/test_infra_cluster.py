@@ -5,16 +5,14 @@ node's rendered Cassandra and Kafka configuration forms one cluster."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "deploy" / "local"))
+from deploy.local.infra import InfraConfig, LocalInfra
+from fanline_shared.kafka import topic_configs
 
-from fanline_shared.kafka import topic_configs  # noqa: E402
-from infra import InfraConfig, LocalInfra  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 FANLINE_PORT_VARS = (
     "FANLINE_CASSANDRA_PORT",

@@ -178,8 +178,8 @@ async def test_peer_clients_send_the_credential_and_report_a_refusal_as_unavaila
     (``Unavailable``, which the worker retries) — never as the user's 401."""
     from aiohttp import web
 
+    from fanline_shared.clients.social_graph import SocialGraphClient
     from fanline_shared.errors import Unavailable
-    from fanline_shared.peers import SocialGraphClient
 
     seen: list[str | None] = []
 

@@ -1,4 +1,4 @@
-"""The gateway's live-stream hub (live.py) and timeline cursors with a
+"""The gateway's live-stream hub (stream_hub.py) and timeline cursors with a
 ``since`` bound (cursors.py), with fake peers: routing by follow list,
 limits, resume order and back-pressure. The real thing, on both backends and
 across two gateway processes, is tests/e2e/test_streaming.py."""
@@ -14,7 +14,7 @@ import pytest
 
 from fanline_api.config import LiveSettings
 from fanline_api.cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
-from fanline_api.live import CLOSE, HEARTBEAT, HEARTBEAT_SLOTS, QUEUE_MAX, Hub, Item, Stream
+from fanline_api.stream_hub import CLOSE, HEARTBEAT, HEARTBEAT_SLOTS, QUEUE_MAX, Hub, Item, Stream
 from fanline_shared import events
 from fanline_shared.domain import new_timeuuid, to_rfc3339, utcnow
 from fanline_shared.errors import BadRequest, InvalidInput, NotFound, RateLimited
@@ -238,7 +238,7 @@ async def test_a_resumed_stream_does_not_send_the_tweet_it_resumed_from_again() 
     """The client sent the id, so it has the tweet; the tweet's live update
     can still arrive after the reconnect when it was posted just before (a
     fresh-clone CI run saw the public stream send it after the backfill)."""
-    from fanline_api.streaming import relay
+    from fanline_api.stream_routes import relay
 
     hub, tweets = make_hub({})
     public = hub.open_public()

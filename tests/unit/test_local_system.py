@@ -10,10 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "deploy" / "local"))
-
-from system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, SERVICES, System, child_setup  # noqa: E402
+from deploy.local.system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, SERVICES, System, child_setup
 
 
 def test_default_system_is_unchanged(tmp_path: Path) -> None:

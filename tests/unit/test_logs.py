@@ -21,7 +21,7 @@ from structlog.contextvars import bound_contextvars
 from fanline_shared import events, logs
 from fanline_shared.config import ConfigError, Env, LogSettings
 from fanline_shared.domain import utcnow
-from fanline_shared.peers import event_from_json, event_to_json
+from fanline_shared.outbox.wire import event_from_json, event_to_json
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 from fanline_shared import events
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.outbox import AppliedAcks, OutboxRelay
-from fanline_shared.peers import event_to_json
+from fanline_shared.outbox.wire import event_to_json
 
 
 class FakeOwner:

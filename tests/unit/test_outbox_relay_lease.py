@@ -19,9 +19,9 @@ from starlette.testclient import TestClient
 from fanline_shared import events, metrics
 from fanline_shared.domain import OutboxEvent, new_timeuuid, utcnow
 from fanline_shared.errors import NotFound
+from fanline_shared.http_routes import EXCEPTION_HANDLERS
 from fanline_shared.outbox import OutboxRelay, outbox_routes
-from fanline_shared.peers import event_to_json
-from fanline_shared.web import EXCEPTION_HANDLERS
+from fanline_shared.outbox.wire import event_to_json
 
 
 class Owner:

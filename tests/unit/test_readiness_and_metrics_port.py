@@ -24,8 +24,8 @@ from starlette.testclient import TestClient
 
 from fanline_shared.config import Env, HttpSettings
 from fanline_shared.errors import Unavailable
-from fanline_shared.server import MetricsPort
-from fanline_shared.web import Degraded, ops_routes
+from fanline_shared.http_routes import Degraded, ops_routes
+from fanline_shared.http_server import MetricsPort
 
 
 def app_with_checks(public: bool, **outcomes: Exception | None) -> Starlette:

@@ -3,14 +3,11 @@ fault table of both stages merged under one header."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import run_suite
+import run_suite  # tests/run_suite.py: pytest puts tests/ on the path (rootdir of the `unit` package)
 
 
 @pytest.mark.parametrize(

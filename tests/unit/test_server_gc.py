@@ -1,11 +1,11 @@
-"""The services' GC tuning runs once, after the app's start-up (server.py)."""
+"""The services' GC tuning runs once, after the app's start-up (http_server.py)."""
 
 from __future__ import annotations
 
 import gc
 from typing import Any
 
-from fanline_shared import server
+from fanline_shared import http_server
 
 
 async def test_the_hook_runs_when_startup_completes_and_not_before() -> None:
@@ -28,7 +28,7 @@ async def test_the_hook_runs_when_startup_completes_and_not_before() -> None:
     async def send(message: Any) -> None:
         sent.append(message["type"])
 
-    await server._AfterStartup(app, lambda: calls.append("hook"))({"type": "lifespan"}, receive, send)
+    await http_server._AfterStartup(app, lambda: calls.append("hook"))({"type": "lifespan"}, receive, send)
     assert calls == ["startup", "hook"]
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
 
@@ -39,13 +39,13 @@ async def test_requests_pass_through_untouched() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["type"])
 
-    await server._AfterStartup(app, lambda: seen.append("hook"))({"type": "http"}, None, None)
+    await http_server._AfterStartup(app, lambda: seen.append("hook"))({"type": "http"}, None, None)
     assert seen == ["http"]
 
 
 def test_tuning_freezes_what_exists() -> None:
     try:
-        server.tune_gc_after_startup()
+        http_server.tune_gc_after_startup()
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()

@@ -11,7 +11,7 @@ import pytest
 
 from fanline_api.app import create_app
 from fanline_api.config import Settings
-from fanline_api.webui.routes import safe_next, when
+from fanline_api.webui.page_kit import safe_next, when
 from fanline_api.webui.security import CSRF_COOKIE, Csrf
 
 with warnings.catch_warnings():  # Starlette suggests httpx2 over httpx; either works here

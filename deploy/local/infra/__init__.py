@@ -12,10 +12,11 @@ copied once into the state directory) and run as plain background JVMs:
 The package is stdlib-only and is both a library and a CLI::
 
     python3 deploy/local/infra fetch|up [--fresh]|down|status|versions|logs|env|nodetool
+    python3 -m deploy.local.infra ...    # the same, from the repository root
 
-Library use (e.g. from a pytest fixture)::
+Library use (e.g. from a pytest fixture; ``make venv`` installs ``deploy.local``)::
 
-    from infra import LocalInfra, InfraUnavailable
+    from deploy.local.infra import LocalInfra, InfraUnavailable
     infra = LocalInfra()
     infra.check_prerequisites()      # raises InfraUnavailable -> skip
     infra.start()                    # idempotent; reuses running engines

@@ -16,11 +16,12 @@ a well-behaved client knows when to come back.
 counted: the policy's exempt routes (health, readiness, metrics; the
 gateway's live streams, which stay open for hours and have their own
 per-user cap) and requests a peer marks as background work
-(``peers.PRIORITY_HEADER``: the fan-out worker's writes have their own
+(``http_client.PRIORITY_HEADER``: the fan-out worker's writes have their own
 adaptive limit) -- the mark counts only on a request that also carries the
 service credential (``internal_auth``), so nobody outside can skip the
 queue by sending it (the gateway, which has no credential to check, never
-honours it and drops every ``X-Fanline-*`` header at its edge). A refusal carries ``X-Fanline-Overloaded: <service>`` so a
+honours it and drops every ``X-Fanline-*`` header at its edge). A refusal
+carries ``X-Fanline-Overloaded: <service>`` so a
 calling service knows the peer shed it (``errors.Overloaded``) and does not
 retry it inside a user's request.
 
@@ -44,10 +45,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
 from .errors import OVERLOADED_HEADER, Overloaded
+from .http_client import BACKGROUND, BULK, PRIORITY_HEADER
+from .http_routes import error_body, json_response
 from .internal_auth import HEADER as INTERNAL_TOKEN_HEADER
-from .peers import BACKGROUND, BULK, PRIORITY_HEADER
 from .policies import AdmissionPolicy
-from .web import error_body, json_response
 
 log = logging.getLogger(__name__)
 _PRIORITY = PRIORITY_HEADER.encode()

@@ -1,8 +1,8 @@
 """Domain errors. They carry a stable machine code and a human message.
 
-Nothing here knows about HTTP: the edges (``fanline_shared.web``) map each
+Nothing here knows about HTTP: the edges (``fanline_shared.http_routes``) map each
 class to a status code in one table. Internal services send the same error
-body over HTTP; ``fanline_shared.peers`` turns it back into the same class, so
+body over HTTP; ``fanline_shared.http_client`` turns it back into the same class, so
 an error raised in social-graph reaches the gateway's edge unchanged.
 """
 

@@ -4,7 +4,7 @@ social-graph and tweet-store serve their internal API (users, sessions,
 tweets, home timelines, the outbox) only to callers that present the shared
 credential ``FANLINE_INTERNAL_TOKEN`` in the ``X-Fanline-Internal-Token``
 header: the gateway, the fan-out worker and the operators' CLI, whose peer
-clients (``peers.PeerClient``) send it on every request. Anything else gets
+clients (``http_client.PeerClient``) send it on every request. Anything else gets
 ``401 internal_unauthorized`` before any handler runs. The comparison is
 constant-time (``hmac.compare_digest``) so response timing reveals nothing of
 the token. A service started without a token refuses every internal request
@@ -24,7 +24,7 @@ import logging
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import metrics
-from .web import error_body, json_response
+from .http_routes import error_body, json_response
 
 HEADER = "x-fanline-internal-token"
 _HEADER_BYTES = HEADER.encode()

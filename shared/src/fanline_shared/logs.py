@@ -13,7 +13,7 @@ How a request id travels (docs/operations.md, "Follow one post"):
   binds it for the request and returns it in the response
   (``RequestIdMiddleware``);
 * every internal HTTP call forwards it (``request_id_headers``, used by
-  ``peers.PeerClient``), and the owning services bind it the same way;
+  ``http_client.PeerClient``), and the owning services bind it the same way;
 * an event made while it is bound records it (``events._envelope``); the
   outbox row keeps it, and the publisher sends it as the Kafka header
   ``x-request-id``;

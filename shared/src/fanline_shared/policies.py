@@ -93,7 +93,7 @@ GATEWAY_REQUEST = RequestDeadline("gateway_request", 2.0)
 # Sign-up and login hash a password (argon2id, CPU-bound by design).
 GATEWAY_PASSWORD_REQUEST = RequestDeadline("gateway_password_request", 5.0)
 # One fan-out page at tweet-store (``/internal/home/add`` and ``/remove``):
-# queued and written within this, and within ``peers.CALLER_BUDGET_SHARE`` of
+# queued and written within this, and within ``http_client.CALLER_BUDGET_SHARE`` of
 # the timeout the worker sent; past it the rest is dropped, the answer is 503
 # and the worker sends the page again later (rows are upserts, so a partly
 # written page is harmless). Without it, pages the worker had timed out on
@@ -224,10 +224,6 @@ CONSISTENCY_SERIAL = "LOCAL_SERIAL"
 
 # Home-timeline writes per in-flight window of the worker (bounded concurrency).
 DEFAULT_FANOUT_CONCURRENCY = 128
-# Without the adaptive limit (adapters built directly, e.g. by tests): fan-out
-# pages one tweet-store storage writes at once. The service always runs the
-# limit (fanline_tweet_store.limiter), where pages do not wait for each other.
-DEFAULT_HOME_WRITE_CALLS = 1
 # tweet-store's fan-out requests in flight per page (each a batch of up to
 # DEFAULT_HOME_WRITE_BATCH_ROWS rows); all pages of a process share the
 # adaptive limit of fanline_tweet_store.limiter, which decides how many are in
@@ -254,11 +250,9 @@ class FanoutYield:
     A tweet-store process that served a user-facing request (a post, a read)
     within the last ``quiet_s`` is *busy*: its adaptive fan-out limit
     (``fanline_tweet_store.limiter``) then tolerates less queueing at
-    Cassandra. Each fan-out page keeps at most ``page_window`` requests in
-    flight under that limit.
+    Cassandra.
     """
 
-    page_window: int = DEFAULT_HOME_WRITE_WINDOW
     quiet_s: float = DEFAULT_FANOUT_YIELD_S
 
 

@@ -41,6 +41,7 @@ from .config import StorageSettings
 from .domain import OutboxEvent, min_timeuuid, timeuuid_sort_key
 from .errors import Unavailable
 from .policies import SQLITE_WAL_SWITCH, retry
+from .storage_service.schema import Migration
 
 T = TypeVar("T")
 
@@ -242,6 +243,14 @@ CREATE TABLE IF NOT EXISTS outbox_lease (
 );
 """
 RELAY_LEASE = "relay"
+
+# Composed into every owner's schema (``storage_service.schema``).
+OUTBOX_MIGRATIONS = (
+    Migration(1, OUTBOX_MIGRATION),
+    Migration(2, OUTBOX_PUBLISHED_MIGRATION),
+    Migration(4, OUTBOX_REQUEST_ID_MIGRATION),
+    Migration(6, OUTBOX_LEASE_MIGRATION),
+)
 
 
 def append_event(conn: sqlite3.Connection, event: OutboxEvent) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fanline_shared.server import serve
+from fanline_shared.http_server import serve
 
 from .app import SERVICE, create_app
 from .config import Settings

@@ -18,25 +18,26 @@ from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
 from fanline_shared.admission import AdmissionMiddleware
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
+from fanline_shared.http_routes import EXCEPTION_HANDLERS, Degraded, json_response, ops_routes, read_json_object, route
 from fanline_shared.kafka import EventPublisher, ensure_topics
 from fanline_shared.logs import RequestIdMiddleware
 from fanline_shared.outbox import OutboxRelay
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import STARTUP_CONNECT, retry
-from fanline_shared.web import EXCEPTION_HANDLERS, Degraded, json_response, ops_routes, read_json_object, route
 
-from . import __version__, streaming, webui
+from . import __version__, stream_routes, webui
 from .config import Settings
 from .cursors import CursorCodec
 from .deadline import bounded
 from .edge import StripInternalHeaders
 from .gateway import Gateway
-from .live import Hub
 from .openapi import openapi_document
 from .ratelimit import ADDRESS_STATE, Limiter, LoginGuard, RateLimitMiddleware
-from .tap import EventTap
+from .stream_events import EventTap
+from .stream_hub import Hub
 
 SERVICE = "api"
 # The services this composition root constructs peer clients for: its call
@@ -199,7 +200,7 @@ def create_app(settings: Settings) -> Starlette:
             lease_ttl_s=settings.relay_lease_s,
         )
         app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
-        # Live streams (live.py, tap.py): every replica taps the whole events topic.
+        # Live streams (stream_hub.py, stream_events.py): every replica taps the whole events topic.
         hub = Hub(settings.live, social, tweets) if settings.live.enabled else None
         tap = EventTap(settings.kafka, hub) if hub is not None else None
         app.state.hub = hub
@@ -252,28 +253,27 @@ def create_app(settings: Settings) -> Starlette:
                 raise
             raise Degraded(str(exc) or "kafka did not answer in time") from None
 
-    S = SERVICE
     # Every public route answers within its deadline (503 + Retry-After past it).
-    R, P = settings.request_deadline, settings.password_deadline
+    deadline, password_deadline = settings.request_deadline, settings.password_deadline
     routes: list[BaseRoute] = [
-        route(S, "/v1/users", bounded(create_user, P), ["POST"]),
-        route(S, "/v1/users", bounded(list_users, R), ["GET"]),
-        route(S, "/v1/users/{username}", bounded(get_user, R), ["GET"]),
-        route(S, "/v1/users/{username}/following", bounded(edges("following"), R), ["GET"]),
-        route(S, "/v1/users/{username}/followers", bounded(edges("followers"), R), ["GET"]),
-        route(S, "/v1/users/{username}/following/{target}", bounded(change_follow(True), R), ["PUT"]),
-        route(S, "/v1/users/{username}/following/{target}", bounded(change_follow(False), R), ["DELETE"]),
-        route(S, "/v1/users/{username}/tweets", bounded(timeline("user"), R), ["GET"]),
-        route(S, "/v1/sessions", bounded(create_session, P), ["POST"]),
-        route(S, "/v1/sessions/current", bounded(delete_session, R), ["DELETE"]),
-        route(S, "/v1/tweets", bounded(post_tweet, R), ["POST"]),
-        route(S, "/v1/tweets/{tweet_id}", bounded(get_tweet, R), ["GET"]),
-        route(S, "/v1/tweets/{tweet_id}", bounded(delete_tweet, R), ["DELETE"]),
-        route(S, "/v1/timeline", bounded(timeline("home"), R), ["GET"]),
-        route(S, "/v1/public", bounded(timeline("public"), R), ["GET"]),
-        *streaming.routes(S),
+        route(SERVICE, "/v1/users", bounded(create_user, password_deadline), ["POST"]),
+        route(SERVICE, "/v1/users", bounded(list_users, deadline), ["GET"]),
+        route(SERVICE, "/v1/users/{username}", bounded(get_user, deadline), ["GET"]),
+        route(SERVICE, "/v1/users/{username}/following", bounded(edges("following"), deadline), ["GET"]),
+        route(SERVICE, "/v1/users/{username}/followers", bounded(edges("followers"), deadline), ["GET"]),
+        route(SERVICE, "/v1/users/{username}/following/{target}", bounded(change_follow(True), deadline), ["PUT"]),
+        route(SERVICE, "/v1/users/{username}/following/{target}", bounded(change_follow(False), deadline), ["DELETE"]),
+        route(SERVICE, "/v1/users/{username}/tweets", bounded(timeline("user"), deadline), ["GET"]),
+        route(SERVICE, "/v1/sessions", bounded(create_session, password_deadline), ["POST"]),
+        route(SERVICE, "/v1/sessions/current", bounded(delete_session, deadline), ["DELETE"]),
+        route(SERVICE, "/v1/tweets", bounded(post_tweet, deadline), ["POST"]),
+        route(SERVICE, "/v1/tweets/{tweet_id}", bounded(get_tweet, deadline), ["GET"]),
+        route(SERVICE, "/v1/tweets/{tweet_id}", bounded(delete_tweet, deadline), ["DELETE"]),
+        route(SERVICE, "/v1/timeline", bounded(timeline("home"), deadline), ["GET"]),
+        route(SERVICE, "/v1/public", bounded(timeline("public"), deadline), ["GET"]),
+        *stream_routes.routes(SERVICE),
         Route("/openapi.json", openapi, methods=["GET"]),
-        *ops_routes(S, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}, public=True),
+        *ops_routes(SERVICE, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}, public=True),
     ]
     # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
     routes += webui.routes(settings)

@@ -52,7 +52,7 @@ def cursor_secret(env: Env) -> bytes:
 
 @dataclass(frozen=True)
 class LiveSettings:
-    """Live streams (api.md "Live updates"); see live.py."""
+    """Live streams (api.md "Live updates"); see stream_hub.py."""
 
     enabled: bool  # off: no event tap, the stream routes answer 503
     heartbeat_s: float  # a comment line this often (api.md: at most 15 s)

@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared.errors import Unavailable
+from fanline_shared.http_routes import Handler
 from fanline_shared.policies import RequestDeadline
-from fanline_shared.web import Handler
 
 log = logging.getLogger(__name__)
 

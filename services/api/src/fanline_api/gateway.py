@@ -11,6 +11,8 @@ import asyncio
 from typing import Any
 
 from fanline_shared import metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import (
     MAX_USERNAMES_PER_LOOKUP,
     OutboxEvent,
@@ -25,7 +27,7 @@ from fanline_shared.errors import BadRequest, Forbidden, InvalidInput, NotFound,
 from fanline_shared.kafka import EventPublisher
 from fanline_shared.logs import get_logger
 from fanline_shared.outbox import OutboxRelay
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient, event_from_json
+from fanline_shared.outbox.wire import event_from_json
 
 from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
 from .ratelimit import LoginGuard

@@ -50,7 +50,7 @@ from fanline_shared import metrics
 from fanline_shared.config import ConfigError, Env
 from fanline_shared.domain import canonical, is_valid_username
 from fanline_shared.errors import DomainError, RateLimited, Unauthorized
-from fanline_shared.web import error_body, json_response
+from fanline_shared.http_routes import error_body, json_response
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _EXEMPT = ("/healthz", "/readyz", "/metrics", "/openapi.json")

@@ -35,6 +35,8 @@ from faust.types import TP
 from structlog.contextvars import bound_contextvars
 
 from fanline_shared import events, metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, PeerFailed, Unavailable
 from fanline_shared.logs import (
@@ -45,7 +47,6 @@ from fanline_shared.logs import (
     request_id_from_kafka,
 )
 from fanline_shared.outbox import AppliedAcks
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_TRANSIENT, RetryPolicy, retry
 
 from . import __version__

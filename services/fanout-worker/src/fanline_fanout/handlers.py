@@ -26,15 +26,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
 from fanline_shared import events, metrics
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import OutboxEvent, canonical, utcnow
 from fanline_shared.errors import NotFound, Overloaded
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.logs import get_logger
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 from fanline_shared.policies import FANOUT_PAGE_SHED, retry
+
+from .follower_pages import FollowerPages
 
 # One line per step of an event (bound to its request id by app.py), never per row.
 log = get_logger(__name__)
@@ -65,11 +67,11 @@ class FanoutHandlers:
         self._social = social
         self._tweets = tweets
         self._page_size = page_size
-        self._in_flight = pages_in_flight
         self._large_threshold = large_account_followers
         self._chunk = chunk_size
         self._publish_chunk = publish_chunk
         self._registered: dict[str, float] = {}  # author -> monotonic time of the last registration
+        self._pages = FollowerPages(social, page_size=page_size, pages_in_flight=pages_in_flight)
 
     async def _follower_count(self, author: str) -> int | None:
         """The author's follower count, when something depends on it (the
@@ -179,7 +181,7 @@ class FanoutHandlers:
         # Within one slice (as far as the count said): written here; should
         # the followers have grown past it meanwhile, the rest is sliced.
         rows = [0]
-        rest = await self._for_each_follower_page(
+        rest = await self._pages.for_each(
             data.author,
             self._writer(tweet_id, data.author, rows),
             first_page=first,
@@ -229,13 +231,13 @@ class FanoutHandlers:
             )
             metrics.FORGED_EVENTS.labels(event.type).inc()
             return
-        names, rest = await self._names(d.author, d.after, self._chunk or self._page_size)
+        names, rest = await self._pages.names(d.author, d.after, self._chunk or self._page_size)
         if rest is not None:
             await self._hand_on(d.tweet_id, d.author, d.created_at, rest)
         write = self._writer(tweet_id, d.author, bulk=True)
-        await self._in_flight_pages([names[i : i + self._page_size] for i in range(0, len(names), self._page_size)], write)
+        await self._pages.run([names[i : i + self._page_size] for i in range(0, len(names), self._page_size)], write)
         if names:
-            still, _ = await self._names(d.author, d.after, len(names), until=names[-1])
+            still, _ = await self._pages.names(d.author, d.after, len(names), until=names[-1])
             gone = sorted(set(names) - set(still))
             if gone:
                 await self._tweets.home_remove(tweet_id, gone)
@@ -281,25 +283,6 @@ class FanoutHandlers:
         metrics.FANOUT_CHUNKS.inc()
         log.info("fanout.slice_published", tweet_id=str(tweet_id), author=author, after=after)
 
-    async def _names(self, author: str, after: str, limit: int, *, until: str | None = None) -> tuple[list[str], str | None]:
-        """Up to ``limit`` active followers after ``after`` (and at most
-        ``until``), and where the next slice starts if more remain."""
-        names: list[str] = []
-        cursor: str | None = after
-        while len(names) < limit:
-            try:
-                page = await self._social.edges(author, "followers-active", min(self._page_size, limit - len(names)), cursor)
-            except NotFound:
-                return names, None
-            items = [item["username"] for item in page["items"]]
-            if until is not None:
-                items = [n for n in items if canonical(n) <= canonical(until)]
-            names.extend(items)
-            cursor = page.get("next")
-            if not cursor or (until is not None and len(items) < len(page["items"])):
-                return names, None
-        return names, (canonical(names[-1]) if until is None else None)
-
     async def tweet_deleted(self, event: TweetDeleted) -> None:
         data = event.data
         tweet_id = str(data.tweet_id)
@@ -314,7 +297,7 @@ class FanoutHandlers:
             metrics.TIMELINE_ROWS_REMOVED.inc(len(page))
             rows[0] += len(page)
 
-        await self._for_each_follower_page(data.author, remove)
+        await self._pages.for_each(data.author, remove)
         log.info("fanout.removed", tweet_id=tweet_id, author=data.author, rows=rows[0])
 
     async def followed(self, event: Followed) -> None:
@@ -334,104 +317,6 @@ class FanoutHandlers:
             removed = await self._tweets.home_purge(d.follower, d.followee)
             metrics.TIMELINE_ROWS_REMOVED.inc(removed)
         log.info("unfollow.applied", follower=d.follower, followee=d.followee, following=following, removed=removed)
-
-    async def _for_each_follower_page(
-        self,
-        author: str,
-        action: Callable[[list[str]], Awaitable[None]],
-        *,
-        first_page: Awaitable[dict[str, Any]] | None = None,
-        with_author: bool = False,
-        direction: str = "followers",
-        max_followers: int | None = None,
-    ) -> str | None:
-        """Page through the followers, running ``action`` on each page with
-        up to ``pages_in_flight`` pages being written while the next is read.
-        ``first_page``: the first page, already being fetched; ``with_author``:
-        the author is added to the first page (written even with no followers).
-        With ``max_followers``, stop after about that many and return where
-        the rest starts (None: every follower was done). Any failure
-        propagates after the in-flight pages settle."""
-        pages = _Pages(action, self._in_flight)
-        after: str | None = None
-        done = 0
-        try:
-            while True:
-                try:
-                    if first_page is not None:
-                        page, first_page = await first_page, None
-                    else:
-                        page = await self._social.edges(author, direction, self._page_size, after)
-                except NotFound:
-                    break  # the author no longer exists
-                names = [item["username"] for item in page["items"]]
-                done += len(names)
-                if with_author:
-                    names.insert(0, author)
-                    with_author = False
-                await pages.add(names)
-                after = page.get("next")
-                if not after:
-                    break
-                if max_followers is not None and done >= max_followers:
-                    await pages.finish()
-                    return str(after)
-            await pages.finish()
-            return None
-        finally:
-            await pages.cancel()
-
-    async def _in_flight_pages(self, pages: list[list[str]], action: Callable[[list[str]], Awaitable[None]]) -> None:
-        """Run ``action`` on each page, ``pages_in_flight`` at a time."""
-        runner = _Pages(action, self._in_flight)
-        try:
-            for page in pages:
-                await runner.add(page)
-            await runner.finish()
-        finally:
-            await runner.cancel()
-
-
-class _Pages:
-    """Pages being written, at most ``limit`` at once; failures surface at
-    the next ``add`` or at ``finish``."""
-
-    def __init__(self, action: Callable[[list[str]], Awaitable[None]], limit: int) -> None:
-        self._action = action
-        self._limit = limit
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def _timed(self, page: list[str]) -> None:
-        started = time.perf_counter()
-        await self._action(page)
-        metrics.FANOUT_PAGE_DURATION.observe(time.perf_counter() - started)
-
-    async def add(self, page: list[str]) -> None:
-        if page:
-            self._tasks.add(asyncio.create_task(self._timed(page)))
-        if len(self._tasks) >= self._limit:
-            done, self._tasks = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-            _raise_first_error(done)
-
-    async def finish(self) -> None:
-        while self._tasks:
-            done, self._tasks = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-            _raise_first_error(done)
-
-    async def cancel(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = set()
-
-
-def _raise_first_error(done: set[asyncio.Task[None]]) -> None:
-    """Retrieve every finished page's outcome (so none is reported as "never
-    retrieved"), then raise the first failure."""
-    errors = [exc for task in done if (exc := task.exception()) is not None]
-    if errors:
-        raise errors[0]
 
 
 def _observe_delivery(created_at: datetime) -> None:

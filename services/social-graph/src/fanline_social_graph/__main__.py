@@ -2,35 +2,21 @@
 
 ``fanline-social-graph``          serve the internal HTTP API
 ``fanline-social-graph migrate``  create or migrate this service's schema, then exit
-                         (the compose ``cassandra-init`` job and operators use it)
+(see ``fanline_shared.storage_service.main``)
 """
 
 from __future__ import annotations
 
-import os
-import sys
+from fanline_shared.storage_service.main import StorageService
 
-from fanline_shared.server import migrate_storage, storage_service_main
-
-from .adapters import build_storage
-from .app import SERVICE, create_app
+from .app import create_app, open_storage
 from .config import Settings
 
-
-async def migrate(settings: Settings) -> None:
-    await migrate_storage(build_storage(settings.storage))
+SERVICE = StorageService(Settings, open_storage, create_app)
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ)
-    storage_service_main(
-        SERVICE,
-        settings.http,
-        settings.storage.backend,
-        lambda: build_storage(settings.storage),
-        lambda: create_app(settings),
-        sys.argv[1:],
-    )
+    SERVICE.main()
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from fanline_shared.domain import canonical, utcnow
-from fanline_shared.ports import ActivityRepository
+
+from .ports import ActivityRepository
 
 log = logging.getLogger(__name__)
 

@@ -15,15 +15,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fanline_shared import metrics
-from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, to_rfc3339
 from fanline_shared.errors import BadRequest, InvalidInput
-from fanline_shared.internal_auth import InternalAuthMiddleware
-from fanline_shared.logs import RequestIdMiddleware, get_logger
-from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import event_to_json
-from fanline_shared.web import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+from fanline_shared.http_routes import json_response, read_json_object, route
+from fanline_shared.logs import get_logger
+from fanline_shared.outbox.wire import event_to_json
+from fanline_shared.storage_service.app import storage_app
 
 from . import __version__
 from .adapters import SocialGraphStorage, build_storage
@@ -31,7 +28,7 @@ from .config import Settings
 from .hashing import Argon2Budget, slots_for
 from .service import SocialGraph, edge_json
 
-SERVICE = "social-graph"
+SERVICE = Settings.SERVICE
 # The services this composition root constructs peer clients for: its call
 # paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
 # tests/ops/test_k8s.py derives the policies' callers from this list (and
@@ -60,6 +57,11 @@ def _int_param(request: Request, name: str, default: int, maximum: int) -> int:
     return value
 
 
+def open_storage(settings: Settings) -> SocialGraphStorage:
+    """The storage these settings describe (not yet started)."""
+    return build_storage(settings.storage)
+
+
 def create_app(settings: Settings, storage: SocialGraphStorage | None = None) -> Starlette:
     """Build the app; ``storage`` may be injected by tests."""
 
@@ -67,9 +69,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return request.app.state.graph  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        store = storage or build_storage(settings.storage)
-        await store.start()
+    async def running(app: Starlette, store: SocialGraphStorage) -> AsyncIterator[None]:
         hasher = PasswordHasher(
             time_cost=settings.argon2_time_cost,
             memory_cost=settings.argon2_memory_kib,
@@ -80,15 +80,12 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         budget = Argon2Budget(
             slots_for(settings.argon2_memory_budget_mib, settings.argon2_memory_kib), settings.argon2_queue_wait_s
         )
-        app.state.storage = store
         app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, budget, settings.inactive_after_s)
-        metrics.set_build_info(SERVICE, __version__)
         try:
             yield
         finally:
             await app.state.graph.activity.close()
             budget.close()
-            await store.close()
 
     async def create_user(request: Request) -> Response:
         body = await read_json_object(request)
@@ -155,9 +152,6 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
 
         return handler
 
-    async def ping_storage() -> None:
-        await app.state.storage.ping()
-
     routes = [
         route(SERVICE, "/internal/users", create_user, ["POST"]),
         route(SERVICE, "/internal/users", list_users, ["GET"]),
@@ -172,11 +166,5 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         route(SERVICE, "/internal/sessions", login, ["POST"]),
         route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
         route(SERVICE, "/internal/sessions/current", logout, ["DELETE"]),
-        *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
-        *ops_routes(SERVICE, {"storage": ping_storage}),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE, internal_token=settings.internal_token)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
-    return app
+    return storage_app(settings, __version__, routes, open_storage=lambda: storage or open_storage(settings), running=running)

@@ -1,6 +1,6 @@
 """The social-graph service layer: sign-up, log-in, sessions and follows.
 
-Storage goes through the ports in ``fanline_shared.ports``; this module holds
+Storage goes through the ports in ``ports.py``; this module holds
 the rules (validation, hashing, who may do what) and knows nothing of HTTP.
 """
 

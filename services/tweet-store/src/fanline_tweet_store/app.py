@@ -18,28 +18,28 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fanline_shared import metrics
-from fanline_shared.admission import AdmissionMiddleware
+from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, DomainError, InvalidInput, NotFound, Overloaded
-from fanline_shared.internal_auth import InternalAuthMiddleware
-from fanline_shared.logs import RequestIdMiddleware, get_logger
-from fanline_shared.outbox import outbox_routes
-from fanline_shared.peers import BULK, PRIORITY_HEADER, SocialGraphClient, caller_budget_s, event_to_json
+from fanline_shared.http_client import BULK, PRIORITY_HEADER, caller_budget_s
+from fanline_shared.http_routes import Degraded, json_response, read_json_object, route
+from fanline_shared.logs import get_logger
+from fanline_shared.outbox.wire import event_to_json
 from fanline_shared.policies import FANOUT_PAGE
-from fanline_shared.web import EXCEPTION_HANDLERS, Degraded, json_response, ops_routes, read_json_object, route
+from fanline_shared.storage_service.app import storage_app
 
 from . import __version__
 from .adapters import TweetStoreStorage, build_storage
 from .cache import CachedTweets
-from .cap import HomeCap
 from .config import Settings
+from .home_cap import HomeCap
 from .hybrid import HybridHome
-from .limiter import AdaptiveLimit, PageRefused, bulk_writes, page_budget
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
+from .write_context import PageRefused, bulk_writes, page_budget
 
-SERVICE = "tweet-store"
+SERVICE = Settings.SERVICE
 # The services this composition root constructs peer clients for: its call
 # paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
 # tests/ops/test_k8s.py derives the policies' callers from this list (and
@@ -102,58 +102,47 @@ def open_storage(settings: Settings, activity: ForegroundActivity | None = None)
     behind the hydration cache unless that is turned off. Fan-out writes run
     under an adaptive limit, stricter while ``activity`` says user-facing
     requests are served."""
-    limit = AdaptiveLimit(settings.fanout_limit, activity.busy if activity is not None else lambda: False)
-    storage = build_storage(
-        settings.storage,
-        home_retention_s=settings.home_retention_s,
-        home_write_window=settings.home_writes.page_window,
-        home_write_batch_rows=settings.home_write_batch_rows,
-        home_write_limit=limit,
-    )
+    storage = build_storage(settings.storage, settings.home, activity.busy if activity is not None else lambda: False)
     if settings.tweet_cache.enabled:
         storage = dataclasses.replace(storage, tweets=CachedTweets(storage.tweets, settings.tweet_cache))
     return storage
 
 
 def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> Starlette:
-    activity = ForegroundActivity(settings.home_writes)
+    activity = ForegroundActivity(settings.fanout_yield)
     fg = activity.foreground  # user-facing routes: the fan-out yields to them
 
     def store(request: Request) -> TweetStore:
         return request.app.state.store  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        s = storage or open_storage(settings, activity)
-        await s.start()
+    async def running(app: Starlette, s: TweetStoreStorage) -> AsyncIterator[None]:
         social = SocialGraphClient(
             SERVICE, settings.peers.social_graph_url, settings.peers.timeout_s, token=settings.peers.internal_token
         )
         cap = HomeCap(s.home, settings.home_max_rows)
         hybrid = HybridHome(
-            s.home, s.tweets, s.large, social.following_all, retention_s=settings.home_retention_s, policy=settings.hybrid
+            s.home, s.tweets, s.large, social.following_all, retention_s=settings.home.retention_s, policy=settings.hybrid
         )
         regenerator = Regenerator(
             s.home,
             s.tweets,
             hybrid.following,
-            retention_s=settings.home_retention_s,
+            retention_s=settings.home.retention_s,
             max_rows=settings.home_max_rows,
             on_done=lambda owner: cap.schedule([owner]),
         )
-        app.state.storage = s
         app.state.social = social
         app.state.cap = cap
         app.state.store = TweetStore(
             s,
-            retention_s=settings.home_retention_s,
+            retention_s=settings.home.retention_s,
             idempotency_ttl_s=settings.idempotency_ttl_s,
             merge_count=settings.follow_merge_count,
             hybrid=hybrid,
             cap=cap,
             regenerator=regenerator,
         )
-        metrics.set_build_info(SERVICE, __version__)
         cap.start()
         try:
             yield
@@ -161,7 +150,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             await regenerator.close()
             await cap.stop()
             await social.close()
-            await s.close()
 
     async def create_tweet(request: Request) -> Response:
         body = await read_json_object(request)
@@ -280,9 +268,6 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         removed = await store(request).home_purge(request.path_params["username"], author)
         return json_response({"removed": removed})
 
-    async def ping_storage() -> None:
-        await app.state.storage.ping()
-
     reached = {"social-graph": False}
 
     async def check_social_graph() -> None:
@@ -316,12 +301,14 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/home/{username}/regeneration", fg(regeneration), ["POST"]),
         route(SERVICE, "/internal/home/{username}/purge", home_purge, ["POST"]),
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
-        *outbox_routes(SERVICE, lambda request: request.app.state.storage.outbox),
-        *ops_routes(SERVICE, {"storage": ping_storage, "social-graph": check_social_graph}),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=SERVICE)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE, internal_token=settings.internal_token)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
+    app = storage_app(
+        settings,
+        __version__,
+        routes,
+        open_storage=lambda: storage or open_storage(settings, activity),
+        running=running,
+        checks={"social-graph": check_social_graph},
+    )
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

@@ -33,7 +33,8 @@ from cachetools import TTLCache
 
 from fanline_shared import metrics
 from fanline_shared.domain import OutboxEvent, Tweet
-from fanline_shared.ports import TweetRepository
+
+from .ports import TweetRepository
 
 # Defaults: ~1 KB a tweet, so 20,000 tweets are ~20 MB per process — the
 # tweets of the last minutes on a busy node, which is what timelines show.

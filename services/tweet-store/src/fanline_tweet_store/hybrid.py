@@ -7,7 +7,7 @@ Fan-out on write stores most of it as rows; this module reads the rest:
 
 1. **Stored rows** — one slice of ``home_timeline``, which also returns the
    owner's *horizon*: the oldest id the rows are trusted down to once the
-   cap has trimmed older rows (``cap.py``). Rows below it are ignored.
+   cap has trimmed older rows (``home_cap.py``). Rows below it are ignored.
 2. **Large accounts** — authors the fan-out worker registered as large
    (``LargeAccountRegistry``) are not fanned out on write; for those the
    reader follows, the head of their userline is merged in (from
@@ -44,7 +44,8 @@ from cachetools import LRUCache
 
 from fanline_shared import metrics
 from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time, utcnow
-from fanline_shared.ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
+
+from .ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
 
 T = TypeVar("T")
 V = TypeVar("V")

@@ -66,80 +66,26 @@ share the limit by arrival, not by size: a small page never waits behind the
 whole of a large one, only behind the writes already queued (each page also
 keeps at most its own window in flight, see ``write_all``).
 
-Two classes share the limit. Writes made inside ``bulk_writes()`` — the
-slices of a large fan-out, marked by the worker (``peers.BULK``) — take a
-slot only when no ordinary write is waiting, and never the last slot of the
-limit: an ordinary author's page waits behind at most the bulk writes already
-in flight, however many million rows are queued behind it. Without this, a
-1,000,000-follower fan-out shares the limit by arrival with everybody else
-and every other author's delivery slows to its pace (issue 13: "one author's
-fan-out never delays another author's delivery").
+Writes of a large fan-out's slices yield to every other write, and a page
+with a budget is refused up front when it could not finish in it: see
+``write_context.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
 from fanline_shared import metrics
 
+from .write_context import PAGE_ADMIT_SHARE, PAGE_ROUNDS_SHARE, PageRefused, current_budget, is_bulk
+
 T = TypeVar("T")
-
-# Whether the writes of the current task (and the tasks it starts) are bulk.
-_BULK: ContextVar[bool] = ContextVar("fanline_bulk_writes", default=False)
-# The time the current page's caller gives it (seconds; None: no budget).
-_BUDGET: ContextVar[float | None] = ContextVar("fanline_page_budget", default=None)
-# Of a page's budget: the share its own round trips may take (its window is
-# widened to fit), and the share the writes queued ahead of it plus its own
-# may take at the current pace before it is refused without starting.
-PAGE_ROUNDS_SHARE = 0.25
-PAGE_ADMIT_SHARE = 0.5
-
-
-class PageRefused(Exception):
-    """A page that could not be written within its budget at the current
-    pace, refused before any of it was written (the caller backs off and
-    sends it again)."""
-
-    def __init__(self, expected_s: float, budget_s: float) -> None:
-        super().__init__(
-            f"about {expected_s:.1f} s of fan-out writes are queued here for a budget of {budget_s:.1f} s"
-            if expected_s != float("inf")
-            else "the first page here is still being timed"
-        )
-        self.expected_s = expected_s
-        self.budget_s = budget_s
-
-
-@contextlib.contextmanager
-def page_budget(seconds: float) -> Iterator[None]:
-    """Every ``AdaptiveLimit.write_all`` inside this block is a page its
-    caller waits ``seconds`` for: it is refused up front (``PageRefused``)
-    if the writes queued here would not let it finish in time, and its
-    window is widened so its own round trips fit (see ``write_all``)."""
-    token = _BUDGET.set(seconds)
-    try:
-        yield
-    finally:
-        _BUDGET.reset(token)
-
-
-@contextlib.contextmanager
-def bulk_writes() -> Iterator[None]:
-    """Every ``AdaptiveLimit`` write started inside this block is bulk: it
-    yields to ordinary writes (see the module docstring)."""
-    token = _BULK.set(True)
-    try:
-        yield
-    finally:
-        _BULK.reset(token)
 
 
 @dataclass(frozen=True)
@@ -220,7 +166,7 @@ class AdaptiveLimit:
     async def acquire(self) -> bool:
         """Wait for a slot; returns whether it is a bulk one (pass it back to
         ``release``)."""
-        bulk = _BULK.get()
+        bulk = is_bulk()
         if bulk:
             if not self._waiters and not self._bulk_waiters and self._bulk_room():
                 self.in_flight += 1
@@ -347,7 +293,7 @@ class AdaptiveLimit:
         writes (a refused page should cost next to nothing — refusals are
         most calls while a backlog drains, and grouping 1,000 rows by replica
         was two thirds of a replica's CPU when it ran before the refusal)."""
-        budget = _BUDGET.get()
+        budget = current_budget()
         # Never refused with nothing pending: the limit only grows while
         # writes run, so refusing the first page (a far Cassandra, a limit
         # still at its start) would refuse every page after it too. Before
@@ -384,7 +330,7 @@ class AdaptiveLimit:
         widened by ``page_window``."""
         todo = list(items)
         self.admit(len(todo))
-        budget = _BUDGET.get()
+        budget = current_budget()
         window = self.page_window(len(todo), window, budget)
         queue = iter(todo)
         failed: list[BaseException] = []

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fanline_shared.peers import BACKGROUND, BULK, PRIORITY_HEADER
+from fanline_shared.http_client import BACKGROUND, BULK, PRIORITY_HEADER
 from fanline_shared.policies import FanoutYield
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -42,7 +42,7 @@ class ForegroundActivity:
     def foreground(self, handler: Handler) -> Handler:
         """Wrap a user-facing route handler: the fan-out yields while it runs
         and for ``quiet_s`` after — unless the caller marked the request as
-        background work (``peers.PRIORITY_HEADER``, sent by the worker)."""
+        background work (``http_client.PRIORITY_HEADER``, sent by the worker)."""
 
         @functools.wraps(handler)
         async def wrapped(request: Request) -> Response:

@@ -35,7 +35,8 @@ from cachetools import TTLCache
 from fanline_shared import metrics
 from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time, utcnow
 from fanline_shared.errors import DomainError
-from fanline_shared.ports import HomeTimelineRepository, TweetRepository
+
+from .ports import HomeTimelineRepository, TweetRepository
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from fanline_shared.domain import (
 from fanline_shared.errors import Forbidden, NotFound
 
 from .adapters import TweetStoreStorage
-from .cap import HomeCap
+from .home_cap import HomeCap
 from .hybrid import HybridHome
 from .regeneration import Regenerator
 

@@ -16,11 +16,12 @@ from cassandra.cluster import NoHostAvailable, Session
 
 from ..config import StorageSettings
 from ..errors import Unavailable
+from ..storage_service.schema import Migration, compose
 from .bridge import execute
 from .callbacks import _is_validation_error
 from .connection import close_session, open_session
 from .migrations import _check_identifier, migrate
-from .outbox import CassandraOutbox
+from .outbox import OUTBOX_MIGRATIONS, CassandraOutbox
 
 
 async def drop_keyspace(session: Session, keyspace: str) -> None:
@@ -37,7 +38,8 @@ async def ping(session: Session | None) -> None:
 
 
 class Keyspace:
-    """The lifecycle of one owning service's keyspace (the ``Lifecycle`` port).
+    """The lifecycle of one owning service's keyspace (the ``Lifecycle`` port),
+    outbox included.
 
     ``start`` connects, migrates and then calls every registered ``prepare``
     callback (on a worker thread: preparing blocks) so repositories prepare
@@ -45,10 +47,11 @@ class Keyspace:
     trivial query. Repositories read ``session`` on every call.
     """
 
-    def __init__(self, settings: StorageSettings, owner: str, migrations: Sequence[str]) -> None:
+    def __init__(self, settings: StorageSettings, owner: str, migrations: Sequence[Migration]) -> None:
         self.settings = settings
         self.name = settings.keyspace(owner)
-        self.migrations = tuple(migrations)
+        # The owner's own migrations and its outbox's, in one positional list.
+        self.migrations = compose(migrations, OUTBOX_MIGRATIONS)
         self._session: Session | None = None
         self._preparers: list[Callable[[Session], None]] = []
         self._lock = asyncio.Lock()

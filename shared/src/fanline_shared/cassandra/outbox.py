@@ -1,7 +1,7 @@
 """The transactional outbox of every owning service, over Cassandra.
 
-``OUTBOX_MIGRATIONS`` create ``outbox`` (events by shard and minute) and
-``outbox_minutes`` (which minutes may hold events); ``CassandraOutbox`` is the
+``OUTBOX_MIGRATIONS`` create ``outbox`` (events by shard and minute),
+``outbox_minutes`` (which minutes may hold events) and the relay's lease; ``CassandraOutbox`` is the
 ``Outbox`` port over them: owning adapters write an event's index and row,
 the relay reads pending events oldest first and acknowledges them.
 """
@@ -20,6 +20,7 @@ from cassandra.query import PreparedStatement
 
 from ..domain import OutboxEvent, min_timeuuid, timeuuid_sort_key, timeuuid_time
 from ..errors import Unavailable
+from ..storage_service.schema import Migration
 from .bridge import execute, execute_concurrent, execute_lwt
 from .connection import prepare
 from .timeutil import unix_minute
@@ -33,7 +34,7 @@ OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
 _INDEX_TRUST_MINUTES = 5
 
 
-OUTBOX_MIGRATIONS = (
+OUTBOX_TABLES_MIGRATIONS = (
     # Events partitioned by (shard, minute of the event id) so that no partition
     # grows without bound and the tombstones left by acks stay in closed
     # minutes that the relay stops reading. A resurrected outbox row (a
@@ -67,9 +68,8 @@ OUTBOX_MIGRATIONS = (
     """,
 )
 
-# Appended to each owner's migration list (after its existing ones: the
-# lists are positional). The request that caused an event (``logs.py``), so
-# the relay publishes it as a Kafka header too.
+# The request that caused an event (``logs.py``), so the relay publishes it
+# as a Kafka header too.
 OUTBOX_REQUEST_ID_MIGRATION = """
 ALTER TABLE {keyspace}.outbox ADD IF NOT EXISTS request_id text;
 """
@@ -93,6 +93,14 @@ CREATE TABLE IF NOT EXISTS {keyspace}.outbox_lease (
 ) WITH gc_grace_seconds = 3600;
 """
 RELAY_LEASE = "relay"
+
+# Composed into every owner's schema by ``Keyspace`` (``storage_service.schema``).
+OUTBOX_MIGRATIONS = (
+    *(Migration(1, script) for script in OUTBOX_TABLES_MIGRATIONS),
+    Migration(4, OUTBOX_REQUEST_ID_MIGRATION),
+    Migration(5, OUTBOX_KEEP_MIGRATION),
+    Migration(6, OUTBOX_LEASE_MIGRATION),
+)
 
 
 def outbox_partition(event_id: uuid.UUID) -> tuple[int, int]:

@@ -37,21 +37,11 @@ STORAGE_SERVICES = ("social-graph", "tweet-store")
 
 async def _migrate(environ: Mapping[str, str], services: Sequence[str]) -> None:
     # The services' own code paths, so the CLI can never drift from them.
+    from fanline_social_graph.__main__ import SERVICE as SOCIAL_GRAPH
+    from fanline_tweet_store.__main__ import SERVICE as TWEET_STORE
+
     for service in services:
-        if service == "social-graph":
-            from fanline_social_graph.__main__ import migrate as migrate_social_graph
-            from fanline_social_graph.config import Settings as SocialGraphSettings
-
-            settings = SocialGraphSettings.from_env(environ)
-            await migrate_social_graph(settings)
-            backend = settings.storage.backend
-        else:
-            from fanline_tweet_store.__main__ import migrate as migrate_tweet_store
-            from fanline_tweet_store.config import Settings as TweetStoreSettings
-
-            ts_settings = TweetStoreSettings.from_env(environ)
-            await migrate_tweet_store(ts_settings)
-            backend = ts_settings.storage.backend
+        backend = await (SOCIAL_GRAPH if service == "social-graph" else TWEET_STORE).migrate_from_env(environ)
         print(f"{service}: schema up to date ({backend})")
 
 

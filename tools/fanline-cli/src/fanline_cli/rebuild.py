@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from fanline_shared.clients.social_graph import SocialGraphClient
+from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.config import PeerSettings
-from fanline_shared.peers import SocialGraphClient, TweetStoreClient
 
 SERVICE = "fanline-cli"
 # The services the CLI constructs peer clients for: its call

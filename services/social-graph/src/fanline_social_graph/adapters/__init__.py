@@ -1,9 +1,9 @@
 """Storage adapters of social-graph: Cassandra and embedded SQLite.
 
 ``build_storage`` picks one by ``settings.backend``; both implement the same
-ports (``fanline_shared.ports``) and pass the same contract tests
-(``tests/contract/``). The Cassandra module is imported only when used, so the
-embedded default never loads the driver.
+ports (``ports.py``) and pass the same contract tests (``tests/contract/``).
+The Cassandra module is imported only when used, so the embedded default
+never loads the driver.
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fanline_shared.config import StorageSettings
-from fanline_shared.ports import (
-    ActivityRepository,
-    FollowRepository,
-    Lifecycle,
-    Outbox,
-    SessionRepository,
-    UserRepository,
-)
+from fanline_shared.outbox.ports import Outbox
+from fanline_shared.storage_service.storage import Backends, Lifecycle, StorageLifecycle
+
+from ..ports import ActivityRepository, FollowRepository, SessionRepository, UserRepository
 
 OWNER = "social_graph"
 
 
 @dataclass
-class SocialGraphStorage:
+class SocialGraphStorage(StorageLifecycle):
     """Everything social-graph stores, behind its ports."""
 
     users: UserRepository
@@ -34,30 +30,13 @@ class SocialGraphStorage:
     engine: Lifecycle = field(repr=False)
     activity: ActivityRepository = field(repr=False)
 
-    async def start(self) -> None:
-        """Connect and create or migrate the schema (idempotent)."""
-        await self.engine.start()
 
-    async def close(self) -> None:
-        """Release connections; safe to call twice."""
-        await self.engine.close()
-
-    async def ping(self) -> None:
-        """Raise ``Unavailable`` unless the engine answers now."""
-        await self.engine.ping()
+BACKENDS = Backends[SocialGraphStorage](__name__, embedded=".sqlite", cassandra=".cassandra")
 
 
 def build_storage(settings: StorageSettings) -> SocialGraphStorage:
     """The storage for ``settings.backend`` ("embedded" → SQLite, "cassandra")."""
-    if settings.backend == "cassandra":
-        from .cassandra import build_cassandra_storage
-
-        return build_cassandra_storage(settings)
-    if settings.backend == "embedded":
-        from .sqlite import build_sqlite_storage
-
-        return build_sqlite_storage(settings)
-    raise ValueError(f"unknown storage backend {settings.backend!r}")
+    return BACKENDS.build(settings)
 
 
 __all__ = ["OWNER", "SocialGraphStorage", "build_storage"]

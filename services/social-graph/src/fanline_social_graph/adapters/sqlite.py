@@ -17,12 +17,7 @@ from datetime import datetime
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import Edge, OutboxEvent, Session, User, canonical
 from fanline_shared.errors import Conflict
-from fanline_shared.ports import Activity
 from fanline_shared.sqlite import (
-    OUTBOX_LEASE_MIGRATION,
-    OUTBOX_MIGRATION,
-    OUTBOX_PUBLISHED_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
     SqliteDatabase,
     SqliteOutbox,
     append_event,
@@ -30,7 +25,10 @@ from fanline_shared.sqlite import (
     now_ms,
     to_ms,
 )
+from fanline_shared.storage_service.schema import Migration
+from fanline_shared.storage_service.sqlite_engine import SqliteEngine
 
+from ..ports import Activity
 from . import OWNER, SocialGraphStorage
 
 _TOP = "\U0010ffff"  # sorts after every character a username can contain
@@ -87,32 +85,8 @@ CREATE TABLE IF NOT EXISTS followers_active (
 ) WITHOUT ROWID;
 """
 
-MIGRATIONS: tuple[str, ...] = (
-    # Positional (version = index + 1): append only, never reorder.
-    SCHEMA,
-    OUTBOX_MIGRATION,
-    OUTBOX_PUBLISHED_MIGRATION,
-    ACTIVITY_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-)
-
-
-class SqliteEngine:
-    """The ``Lifecycle`` of the social-graph database."""
-
-    def __init__(self, db: SqliteDatabase) -> None:
-        self.db = db
-
-    async def start(self) -> None:
-        await self.db.open()
-        await self.db.migrate(MIGRATIONS)
-
-    async def close(self) -> None:
-        await self.db.close()
-
-    async def ping(self) -> None:
-        await self.db.ping()
+# Composed with the outbox's by the engine (``storage_service.schema``).
+MIGRATIONS = (Migration(1, SCHEMA), Migration(3, ACTIVITY_MIGRATION))
 
 
 def _user(row: sqlite3.Row | tuple[str, int]) -> User:
@@ -404,13 +378,13 @@ class SqliteActivity:
         return await self.db.run(read, name="followers_active", write=False)
 
 
-def build_sqlite_storage(settings: StorageSettings) -> SocialGraphStorage:
+def build(settings: StorageSettings) -> SocialGraphStorage:
     db = SqliteDatabase.for_owner(settings, OWNER)
     return SocialGraphStorage(
         users=SqliteUsers(db),
         sessions=SqliteSessions(db),
         follows=SqliteFollows(db),
         outbox=SqliteOutbox(db),
-        engine=SqliteEngine(db),
+        engine=SqliteEngine(db, MIGRATIONS),
         activity=SqliteActivity(db),
     )

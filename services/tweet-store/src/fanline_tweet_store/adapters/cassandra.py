@@ -18,8 +18,8 @@ unbounded partition:
   time + retention whenever it was written (and is not written at all once
   that is past). Fan-out writes are small unlogged batches of rows whose
   partitions share their first replica (``replica_batches``, at most
-  ``policies.DEFAULT_HOME_WRITE_BATCH_ROWS`` rows, under the node's warning
-  threshold), a bounded number in flight (``execute_each``);
+  ``HomeWrites.batch_rows`` rows, 10 by default: under the node's warning
+  threshold), under tweet-store's adaptive limit (``cassandra_home.py``);
 * ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING
   TTL``: the first reservation wins, every later one reads the bound tweet.
 * ``deleted_tweets`` — ids of deleted tweets, ``USING TTL`` the idempotency
@@ -49,13 +49,8 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-    OUTBOX_MIGRATIONS,
-    OUTBOX_REQUEST_ID_MIGRATION,
     CassandraOutbox,
     Keyspace,
     Repository,
@@ -69,96 +64,16 @@ from fanline_shared.cassandra import (
 from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time
 
+from ..home_writes import HomeWrites
 from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
 from .cassandra_home import CassandraHomeTimeline, CassandraLargeAccounts
+from .cassandra_schema import MIGRATIONS
 
 MINUTES_PER_DAY = 1440
 _LOOKUP_CONCURRENCY = 64
 _MINUTE_WINDOW_MAX = 16  # public-timeline minute buckets read at once
 _DAYS_PAGE = 32
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS {keyspace}.tweets (
-    tweet_id timeuuid PRIMARY KEY,
-    username text,
-    body text
-);
-CREATE TABLE IF NOT EXISTS {keyspace}.userline (
-    username_lc text,
-    tweet_id timeuuid,
-    PRIMARY KEY (username_lc, tweet_id)
-) WITH CLUSTERING ORDER BY (tweet_id DESC);
-CREATE TABLE IF NOT EXISTS {keyspace}.public_timeline (
-    minute bigint,
-    tweet_id timeuuid,
-    PRIMARY KEY (minute, tweet_id)
-) WITH CLUSTERING ORDER BY (tweet_id DESC);
-CREATE TABLE IF NOT EXISTS {keyspace}.public_minutes (
-    day int,
-    minute bigint,
-    PRIMARY KEY (day, minute)
-) WITH CLUSTERING ORDER BY (minute DESC);
-CREATE TABLE IF NOT EXISTS {keyspace}.public_days (
-    shard int,
-    day int,
-    PRIMARY KEY (shard, day)
-) WITH CLUSTERING ORDER BY (day DESC);
-CREATE TABLE IF NOT EXISTS {keyspace}.tweet_counts (
-    username_lc text PRIMARY KEY,
-    tweets counter
-);
-CREATE TABLE IF NOT EXISTS {keyspace}.home_timeline (
-    owner_lc text,
-    tweet_id timeuuid,
-    author_lc text,
-    PRIMARY KEY (owner_lc, tweet_id)
-) WITH CLUSTERING ORDER BY (tweet_id DESC);
-CREATE TABLE IF NOT EXISTS {keyspace}.idempotency (
-    username_lc text,
-    key text,
-    tweet_id timeuuid,
-    body text,
-    PRIMARY KEY ((username_lc, key))
-);
-"""
-
-# Deleted tweets remembered (with a TTL: the idempotency window), so a keyed
-# repeat after a delete answers 404 instead of restoring the tweet.
-DELETED_MIGRATION = """
-CREATE TABLE IF NOT EXISTS {keyspace}.deleted_tweets (
-    tweet_id timeuuid PRIMARY KEY
-);
-"""
-
-# Bounded home timelines and large accounts (docs/architecture.md, "Large
-# accounts, inactive users, bounded storage"): the horizon of each home
-# timeline is a static column, so it comes back with every slice at no extra
-# query; the registry of large accounts is one small partition.
-HYBRID_MIGRATION = """
-ALTER TABLE {keyspace}.home_timeline ADD IF NOT EXISTS horizon timeuuid static;
-ALTER TABLE {keyspace}.home_timeline ADD IF NOT EXISTS regenerated_at timestamp static;
-CREATE TABLE IF NOT EXISTS {keyspace}.home_regeneration (
-    owner_lc text PRIMARY KEY,
-    claimed_at timestamp
-);
-CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
-    shard int,
-    author_lc text,
-    PRIMARY KEY (shard, author_lc)
-);
-"""
-
-MIGRATIONS: tuple[str, ...] = (
-    # Positional (version = index + 1): append only, never reorder.
-    SCHEMA,
-    *OUTBOX_MIGRATIONS,
-    DELETED_MIGRATION,
-    HYBRID_MIGRATION,
-    OUTBOX_REQUEST_ID_MIGRATION,
-    OUTBOX_KEEP_MIGRATION,
-    OUTBOX_LEASE_MIGRATION,
-)
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
@@ -430,29 +345,12 @@ def _tweet(row: Any) -> Tweet:
     return Tweet(id=row.tweet_id, username=row.username, body=row.body)
 
 
-def build_cassandra_storage(
-    settings: StorageSettings,
-    *,
-    home_retention_s: int,
-    home_write_window: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-    home_write_calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-    home_write_batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-    home_write_pace: Callable[[int, float], Awaitable[None]] | None = None,
-    home_write_limit: AdaptiveLimit | None = None,
-) -> TweetStoreStorage:
+def build(settings: StorageSettings, writes: HomeWrites, busy: Callable[[], bool]) -> TweetStoreStorage:
     keyspace = Keyspace(settings, OWNER, MIGRATIONS)
     outbox = keyspace.outbox()
     return TweetStoreStorage(
         tweets=CassandraTweets(keyspace, outbox),
-        home=CassandraHomeTimeline(
-            keyspace,
-            home_retention_s,
-            home_write_window,
-            home_write_calls,
-            home_write_batch_rows,
-            home_write_pace,
-            home_write_limit,
-        ),
+        home=CassandraHomeTimeline(keyspace, writes, AdaptiveLimit(writes.limit, busy)),
         outbox=outbox,
         engine=keyspace,
         large=CassandraLargeAccounts(keyspace),

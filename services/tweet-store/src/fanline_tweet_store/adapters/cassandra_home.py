@@ -7,33 +7,29 @@ batches of rows whose partitions share their first replica
 (``replica_batches``), run under tweet-store's adaptive limit
 (``fanline_tweet_store.limiter``). Each owner's *horizon* (a static column)
 bounds the rows reads trust; ``trim`` keeps the newest rows with one range
-tombstone (``fanline_tweet_store.cap``). ``large_accounts`` is one small
+tombstone (``fanline_tweet_store.home_cap``). ``large_accounts`` is one small
 partition of TTL'd rows (``fanline_tweet_store.hybrid``). Split out of
-``cassandra.py``; the schema of both is in that module's migrations.
+``cassandra.py``; the schema of both is in ``cassandra_schema.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
-from fanline_shared import policies
 from fanline_shared.cassandra import (
     MAX_TTL,
     Keyspace,
     Repository,
     batch,
     execute,
-    execute_concurrent,
-    execute_each,
     execute_lwt,
     prepare,
     replica_batches,
@@ -41,12 +37,12 @@ from fanline_shared.cassandra import (
     truncate_ms,
 )
 from fanline_shared.domain import canonical, timeuuid_time, utcnow
-from fanline_shared.ports import HomeWindow
 
+from ..home_writes import HomeWrites
 from ..limiter import AdaptiveLimit
+from ..ports import HomeWindow
 
 _BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
-_PACED_BATCHES = 16  # fan-out requests between two calls of the pacing hook
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -54,30 +50,15 @@ def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
 
 
 class CassandraHomeTimeline(Repository):
-    def __init__(
-        self,
-        keyspace: Keyspace,
-        retention_s: int,
-        concurrency: int | Callable[[], int] = policies.DEFAULT_HOME_WRITE_WINDOW,
-        calls: int = policies.DEFAULT_HOME_WRITE_CALLS,
-        batch_rows: int = policies.DEFAULT_HOME_WRITE_BATCH_ROWS,
-        pace: Callable[[int, float], Awaitable[None]] | None = None,
-        limit: AdaptiveLimit | None = None,
-    ) -> None:
+    def __init__(self, keyspace: Keyspace, writes: HomeWrites, limit: AdaptiveLimit) -> None:
         super().__init__(keyspace)
-        # With an adaptive limit (the service's default), every fan-out
-        # request of this process runs under it, ``concurrency`` per page and
-        # no page waits for another; without one, the fixed window below.
+        self._retention_s = writes.retention_s
+        # Requests (batches of up to ``batch_rows`` rows) in flight per page,
+        # every fan-out request of this process under ``limit``; no page
+        # waits for another.
+        self._window = writes.page_window
+        self._batch_rows = writes.batch_rows
         self._limit = limit
-        # Awaited after every few requests with (rows, seconds they took); may
-        # sleep to hold the fan-out to a rate (used without an adaptive limit).
-        self._pace = pace
-        self._retention_s = retention_s
-        # Requests (batches of up to ``batch_rows`` rows) in flight per page.
-        self._concurrency = concurrency
-        self._batch_rows = batch_rows
-        # At most ``calls`` fan-out pages in flight at once in this process.
-        self._calls = asyncio.Semaphore(calls)
 
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
@@ -130,36 +111,18 @@ class CassandraHomeTimeline(Repository):
         await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
 
     async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
-        """One row per partition: batched by replica and run under the
-        adaptive limit; without one, at most ``calls`` pages at a time, paced
-        (``pace``) every ``_PACED_BATCHES`` requests; with ``batch_rows`` 1,
-        single-row inserts under the window alone, as before batching."""
-        if self._limit is not None:
-            window = self._concurrency() if callable(self._concurrency) else self._concurrency
-            # Refused (if it is) before the rows are bound and grouped: at
-            # least this many requests, whatever the grouping.
-            self._limit.admit(-(-len(rows) // self._batch_rows))
-            requests: list[Any] = (
-                replica_batches(self._session, statement, rows, rows=self._batch_rows)
-                if self._batch_rows > 1
-                else [statement.bind(r) for r in rows]
-            )
-            session = self._session
-            await self._limit.write_all(requests, lambda r: execute(session, r, name=name), window)
-            return
-        async with self._calls:
-            if self._batch_rows == 1:
-                await execute_concurrent(self._session, statement, rows, name=name, concurrency=self._concurrency)
-            else:
-                batches = replica_batches(self._session, statement, rows, rows=self._batch_rows)
-                if self._pace is None:
-                    await execute_each(self._session, batches, name=name, concurrency=self._concurrency)
-                    return
-                for start in range(0, len(batches), _PACED_BATCHES):
-                    part = batches[start : start + _PACED_BATCHES]
-                    began = time.perf_counter()
-                    await execute_each(self._session, part, name=name, concurrency=self._concurrency)
-                    await self._pace(sum(len(b) for b in part), time.perf_counter() - began)
+        """One row per partition: batched by replica (single-row requests
+        with ``batch_rows`` 1) and run under the adaptive limit."""
+        # Refused (if it is) before the rows are bound and grouped: at least
+        # this many requests, whatever the grouping.
+        self._limit.admit(-(-len(rows) // self._batch_rows))
+        requests: list[Any] = (
+            replica_batches(self._session, statement, rows, rows=self._batch_rows)
+            if self._batch_rows > 1
+            else [statement.bind(r) for r in rows]
+        )
+        session = self._session
+        await self._limit.write_all(requests, lambda r: execute(session, r, name=name), self._window)
 
     async def add_many(self, owner: str, entries: Sequence[tuple[uuid.UUID, str]]) -> None:
         now, owner_lc = utcnow(), canonical(owner)

@@ -1,0 +1,252 @@
+"""The fan-out's throughput: against its fair ceilings (``ceiling``, ``stress``, ``scaling``), where it
+is latency-bound (``latency_scaling``, behind ``bench.latency_proxy``), and where its Python time
+goes (``profile``, py-spy); docs/benchmark-methods.md."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fanline_shared import cassandra as cql
+from fanline_shared.config import StorageSettings
+
+from .. import bare, probes, seed, stats
+from ..context import BenchError, Ctx, balanced_authors, say, stop_process, storage, with_engines
+from ..system import spawn
+from .open_loop import settle
+
+BATCH_ROWS = 10  # tweet-store's FANLINE_HOME_WRITE_BATCH_ROWS default
+
+
+def batch_rows(ctx: Ctx) -> int:
+    return int(ctx.env.get("FANLINE_HOME_WRITE_BATCH_ROWS", BATCH_ROWS))
+
+
+async def write_backlog(ctx: Ctx, tweets: int, path: str, window: int, rows_per_batch: int) -> float:
+    """The rows of ``tweets`` backlog tweets written by the bare driver: rows/s."""
+    rows: list[bare.Row] = []
+    for t in range(tweets):
+        author, tid = ctx.backlog_authors[t % len(ctx.backlog_authors)], uuid.uuid1()
+        rows += [(o, tid, author, 30 * 24 * 3600 - 5) for o in (author, *ctx.graph.followers_of(author))]
+    return await bare.write_rows(ctx.session, ctx.sync_ks, rows, path, window, rows_per_batch)
+
+
+async def ceiling(ctx: Ctx, p: dict[str, Any]) -> None:
+    s, tweets = ctx.rec.scope("ceiling"), max(1, p["tune_rows"] // (ctx.params["seed"]["backlog_followers"] + 1))
+    sweep = [(path, w, batch_rows(ctx)) for path in bare.PATHS for w in p["windows"]]
+    best = (0.0, ctx.best)
+    for path, window, rows in [*sweep, ("driver", max(p["windows"]), 1)]:  # and the old one-row-per-request ceiling
+        s("rows_per_s", rate := await write_backlog(ctx, tweets, path, window, rows), path=path, window=window, batch_rows=rows)
+        say(f"  ceiling: {path}, {window} batches of {rows} in flight: {rate:,.0f} rows/s")
+        best = max(best, (rate, (path, window))) if rows > 1 else best
+    ctx.best = best[1]
+    s("best", f"{ctx.best[0]}, {ctx.best[1]} in flight, batches of {batch_rows(ctx)}")
+    s("ceiling_rows_per_s", await write_backlog(ctx, p["backlog_tweets"], *ctx.best, batch_rows(ctx)), when="after the sweep")
+
+
+async def stress(ctx: Ctx, p: dict[str, Any]) -> None:
+    s = ctx.rec.scope("stress")
+    for profile in ("write", "home_timeline"):
+        say(f"cassandra-stress {profile}")
+        keyspace = f"{ctx.prefix}_stress" + ("_home" if profile != "write" else "")
+        args = bare.stress_args(profile, keyspace, p["ops"], p["threads"], ctx.tmp, batch_rows(ctx))
+        try:
+            out = await asyncio.to_thread(bare.stress, ctx.infra, args)
+        except bare.StressUnavailable as exc:
+            s.note(f"cassandra-stress {profile} not measured: {exc}")
+            continue
+        s("ops_per_s", out["ops_per_s"], profile=profile)
+        s("rows_per_s", out["rows_per_s"] or out["ops_per_s"] * (1 if profile == "write" else batch_rows(ctx)), profile=profile)
+        s("command", " ".join(args), profile=profile)
+        s("tool", out["tool"])
+
+
+async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
+    s, expected = ctx.rec.scope("scaling"), p["backlog_tweets"] * (ctx.params["seed"]["backlog_followers"] + 1)
+    one, ceilings = list[float | None](), list[float | None]()
+    for label, count in [*((str(r + 1), 1) for r in range(p["rounds"])), *((None, n) for n in p["workers"])]:
+        if count == 1:
+            ceilings.append(c := await write_backlog(ctx, p["backlog_tweets"], *ctx.best, batch_rows(ctx)))
+            s("ceiling_rows_per_s", c, when=f"before one-worker round {label}")
+        await asyncio.to_thread(ctx.system.stop_workers)
+        posted = await ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors)
+        say(f"scaling: {count} worker(s) draining {expected:,} rows")
+        await asyncio.to_thread(ctx.system.start_workers, count, False)
+        series = await ctx.wait_rows(expected, p["drain_timeout_s"], f"{count} worker(s)")
+        t10, t90 = stats.crossing(series, 0.1 * expected), stats.crossing(series, 0.9 * expected)
+        rate = 0.8 * expected / (t90 - t10) if t10 is not None and t90 is not None and t90 > t10 else None
+        labels = {"workers": count, **({"round": label} if label else {})}
+        s("worker_rows_per_s", rate, **labels)
+        s("drain_s", series[-1][0] - next((t for t, v in series if v > 0), series[0][0]), **labels)
+        s("drained_rows", series[-1][1], **labels)
+        one += [rate] if count == 1 else []
+        deadline = time.monotonic() + 60
+        while not (ok := await ctx.delivered(posted[:3])) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        if not ok:
+            s.note(f"{count} worker(s): a sampled tweet was not in every follower's timeline after the drain")
+    after = await write_backlog(ctx, p["backlog_tweets"], *ctx.best, batch_rows(ctx))
+    s("ceiling_rows_per_s", after, when="after scaling")
+    s("ceiling_rows_per_s", stats.percentile([c for c in (*ceilings, after) if c], 50), stat="median")
+    s("worker_rows_per_s", stats.percentile([r for r in one if r] or [0.0], 50) if any(one) else None, workers=1, stat="median")
+    s.repeated("worker_vs_ceiling", one, ceilings)
+    await ctx.restart_workers()
+
+
+def steady_rate(series: list[tuple[float, float]], expected: float, all_ready: float) -> float | None:
+    """Rows/s from when every worker was ready (or 10 % of the rows, the later) to 90 %;
+    None when that window holds under a fifth of the rows."""
+    t10, t90 = stats.crossing(series, 0.1 * expected), stats.crossing(series, 0.9 * expected)
+    if t10 is None or t90 is None:
+        return None
+    t0 = max(t10, all_ready)
+    v0 = next((v for t, v in series if t >= t0), None)
+    return None if v0 is None or t90 <= t0 or 0.9 * expected - v0 < 0.2 * expected else (0.9 * expected - v0) / (t90 - t0)
+
+
+async def _rtt_ms(settings: StorageSettings) -> float:
+    """Median round trip of a trivial query; BenchError if the driver knows another endpoint."""
+    session = await cql.open_session(settings)
+    try:
+        hosts = [str(h.endpoint) for h in session.cluster.metadata.all_hosts()]
+        if hosts != [f"{settings.cassandra_hosts[0]}:{settings.cassandra_port}"]:
+            raise BenchError(f"the driver discovered {hosts}: it would bypass the proxy")
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            await cql.execute(session, "SELECT release_version FROM system.local", name="bench_rtt")
+            times.append((time.perf_counter() - t) * 1000)
+        return stats.percentile(times, 50)
+    finally:
+        await cql.close_session(session)
+
+
+async def latency_scaling(ctx: Ctx, p: dict[str, Any]) -> None:
+    s, system = ctx.rec.scope("latency_scaling"), ctx.system
+    authors = balanced_authors(ctx.tag, p["authors"], stem="s")
+    await ctx.gather([ctx.sign_up(a) for a in authors], 4)
+    edges = [(seed.pool_name(ctx.tag, i), a) for a in authors for i in range(p["followers"])]
+    await asyncio.to_thread(seed.bulk_load_edges, ctx.session, ctx.social_ks, edges, [])
+    ctx.graph.followers |= dict.fromkeys(authors, p["followers"])
+    await settle(ctx, "latency_scaling", 900)
+    port = ctx.args.base_port + 50
+    argv = f"-m bench.latency_proxy --listen 127.0.0.1:{port} --target {ctx.infra.cassandra_contact} --delay-ms {p['delay_ms']}"
+    proxy = spawn([sys.executable, *argv.split()], ctx.logs / "latency-proxy.log")
+    proxied = {"FANLINE_CASSANDRA_HOSTS": "127.0.0.1", "FANLINE_CASSANDRA_PORT": str(port)}
+    rates: dict[int, float] = {}
+    try:
+        await asyncio.sleep(1.0)
+        direct = storage(ctx.env)
+        s("delay_ms", p["delay_ms"])
+        s("rtt_ms", await _rtt_ms(direct), path="direct")
+        s("rtt_ms", await _rtt_ms(replace(direct, cassandra_hosts=("127.0.0.1",), cassandra_port=port)), path="proxied")
+        await asyncio.to_thread(system.stop_workers)
+        await asyncio.to_thread(system.restart_service, "social-graph", proxied)
+        for k, count in enumerate(p["workers"]):
+            rate = await _one(ctx, p, k, count, proxied, authors, proxy.pid)
+            rates[count] = max(rates.get(count, 0.0), rate or 0.0)  # a count run twice: the better (the harder bar)
+    finally:
+        await asyncio.to_thread(system.stop_workers)
+        await asyncio.to_thread(system.stop_replicas)
+        await asyncio.to_thread(system.restart_service, "social-graph", {})
+        stop_process(proxy)
+        await asyncio.to_thread(system.start_workers, 1)
+    for count, rate in rates.items():
+        if count != 1:
+            s("ratio_vs_1", stats.ratio(rate, rates.get(1)), workers=count)
+
+
+async def _one(
+    ctx: Ctx, p: dict[str, Any], k: int, count: int, proxied: dict[str, str], authors: list[str], proxy: int
+) -> float | None:
+    system, s = ctx.system, ctx.rec.scope("latency_scaling", run=k + 1, workers=count)
+    await asyncio.to_thread(system.stop_workers)
+    await asyncio.to_thread(system.stop_replicas)
+    say(f"latency scaling: {count} worker(s) + {count} tweet-store replica(s) behind the proxy")
+    urls = await asyncio.to_thread(system.start_replicas, count, proxied)
+    base = await ctx.rows_written()  # posted with no worker running: running ones would drain it as it is posted
+    posted = await ctx.post_backlog(p["tweets"], authors)
+    expected, started, (busy0, total0) = p["tweets"] * (p["followers"] + 1), time.monotonic(), probes.machine_busy()
+    polling = asyncio.create_task(ctx.wait_rows(base + expected, p["drain_timeout_s"], f"{count} worker(s), proxied"))
+    envs = [{**proxied, "FANLINE_TWEET_STORE_URL": urls[i % len(urls)]} for i in range(count)]
+    await asyncio.to_thread(system.start_workers, count, True, envs.__getitem__)
+    all_ready = time.monotonic()
+    components = ("fanout-worker", "tweet-store-r", "social-graph", "cassandra", "kafka")
+
+    def pids() -> dict[str, int]:
+        found = with_engines(ctx, system.pids)().items()
+        return {n: pid for n, pid in found if n.startswith(components)} | {"latency proxy": proxy}
+
+    cpu0 = probes.cpu_clocks(pids())  # the workers count from zero
+    series = [(t, v - base) for t, v in await polling]
+    cpu1, (busy1, total1) = probes.cpu_clocks(pids()), probes.machine_busy()
+    rate, util = steady_rate(series, expected, all_ready), 100 * (busy1 - busy0) / (total1 - total0)
+    s("rows_per_s", rate)
+    s("drain_s", series[-1][0] - started)
+    s("machine_cpu_percent", util)
+    s("cpu_bound", util >= 90)
+    groups: dict[str, float] = {}
+    for name, v in probes.cpu_per_1k(cpu0, cpu1, series[-1][1]).items():
+        if name not in ("fanline", "engines", "all"):
+            group = next((g for g in ("fanout-worker", "tweet-store") if name.startswith(g)), name)
+            groups[group] = groups.get(group, 0.0) + v
+    for component, v in groups.items():
+        s("cpu_s_per_1k_rows", v, component=component)
+    if not await ctx.delivered(posted[:3]):
+        s.note(f"{count} worker(s): a sampled tweet was not in every follower's timeline after the drain")
+    say(f"  {count} worker(s): {rate or 0:,.0f} rows/s, machine CPU {util:.0f} %")
+    return rate
+
+
+def summarize(text: str, area_of: dict[str, str]) -> tuple[int, Counter[str], Counter[str]]:
+    """Samples, and samples by area (``area_of``: a fragment of the innermost frame's file -> its
+    area) and by self-time function, of a py-spy raw (collapsed) file."""
+    areas, functions = Counter[str](), Counter[str]()
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if (frames := [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]) and count.isdigit():
+            m = re.match(r"^(.*?) \(([^()]*?)(?::\d+)?\)$", frames[-1])
+            func, file = m.groups() if m else (frames[-1], frames[-1])
+            areas[next((area for needle, area in area_of.items() if needle in file), "other")] += int(count)
+            functions[f"{func} ({'/'.join(Path(file).parts[-2:])})"] += int(count)
+    return sum(areas.values()), areas, functions
+
+
+async def profile(ctx: Ctx, p: dict[str, Any]) -> None:
+    s = ctx.rec.scope("profile")
+    if not (exe := Path(sys.executable).with_name("py-spy")).exists() and not shutil.which("py-spy"):
+        s.note("py-spy not installed: no profile")
+        return
+    pids = {n: pid for n, pid in ctx.system.pids().items() if n in ("fanout-worker", "api", "tweet-store")}
+    say(f"profile: py-spy on {', '.join(pids)} for {p['seconds']} s")
+    spies, binary = {}, str(exe) if exe.exists() else "py-spy"
+    for n, pid in pids.items():
+        args = f"record --pid {pid} --duration {p['seconds']} --rate 100 --format raw --function --gil"
+        args += f" --output {ctx.logs}/profile-{n}.txt"
+        spies[n] = spawn([binary, *args.split()], ctx.logs / "py-spy.log")
+    backlog = asyncio.create_task(ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors))
+    stop_at, i, readers = time.monotonic() + p["seconds"], 0, ctx.home_readers
+    while time.monotonic() < stop_at:
+        await asyncio.gather(ctx.post_ours(readers[0], f"profile {i}"), ctx.home(readers[i % len(readers)]))
+        i += 1
+        await asyncio.sleep(0.05)
+    await backlog
+    for name, spy in spies.items():
+        await asyncio.to_thread(spy.wait)
+        if not (out := ctx.logs / f"profile-{name}.txt").exists():
+            s.note(f"py-spy on {name} failed (exit {spy.returncode}; see {ctx.logs / 'py-spy.log'})")
+            continue
+        total, areas, functions = summarize(out.read_text(), p["areas"])
+        s("samples", total, service=name)
+        for area, k in areas.most_common(10):
+            s("area_percent", 100 * k / total, service=name, area=area)
+        for func, k in functions.most_common(12):
+            s("self_percent", 100 * k / total, service=name, function=func)

@@ -1,0 +1,139 @@
+"""The open-loop scenarios (``bench.openloop``): ``mixed``, ``route_cost``, ``saturation``,
+``overload``, ``mixed_embedded`` and ``baseline_ref`` (docs/benchmark-methods.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+from fanline_shared import cassandra as cql
+
+from .. import openloop
+from ..context import REPO, Ctx, delete_topics, say, with_engines
+from ..openloop import MIX, Target
+from ..system import BenchSystem, CliSystem, checkout
+
+Mix = dict[str, float]
+Step = tuple[dict[str, Any], float | None]
+
+
+async def settle(ctx: Ctx, scenario: str, timeout_s: float = 600.0) -> None:
+    """Until no compaction runs or waits for three polls in a row (at most ``timeout_s``)."""
+    query = "SELECT active_tasks, pending_tasks FROM system_views.thread_pools WHERE name = 'CompactionExecutor'"
+    started, quiet, first = time.monotonic(), 0, None
+    while quiet < 3 and time.monotonic() - started < timeout_s:
+        pools = await cql.execute(ctx.session, query, name="bench_compactions")
+        tasks = sum(int(r.active_tasks or 0) + int(r.pending_tasks or 0) for r in pools)
+        first, quiet = tasks if first is None else first, quiet + 1 if tasks == 0 else 0
+        await asyncio.sleep(2 if quiet < 3 else 0)
+    ctx.rec.add(scenario, "compaction_wait_s", time.monotonic() - started)
+    ctx.rec.add(scenario, "compactions_at_start", first)
+
+
+async def population(ctx: Ctx) -> openloop.Population:
+    """The real-engine population, seeded once by the first open-loop scenario."""
+    if ctx.population is None:
+        p = ctx.params["open_loop"]
+        say(f"open loop: seeding {p['users']} users (Zipf-like follows, mean {p['mean_following']})")
+        ctx.population = await openloop.seed(ctx.api, f"o{ctx.tag}", p["users"], p["mean_following"], random.Random(ctx.tag))
+    assert isinstance(ctx.population, openloop.Population)
+    return ctx.population
+
+
+async def step(
+    ctx: Ctx, scenario: str, rate: float, seconds: float, target: Target | None = None, mix: Mix = MIX, /, **labels: object
+) -> Step:
+    """One open-loop step on ``target`` (default: the system under test and its population)."""
+    say(f"{scenario}: {rate:g} requests/s for {seconds:g} s" + "".join(f", {k} {v}" for k, v in labels.items()))
+    target = target or Target(ctx.api, ctx.system.metrics_urls, with_engines(ctx, ctx.system.pids), await population(ctx))
+    return await asyncio.to_thread(openloop.run_step, ctx.rec.scope(scenario, **labels), target, rate, seconds, mix)
+
+
+async def mixed(ctx: Ctx, p: dict[str, Any]) -> None:
+    await population(ctx)
+    await settle(ctx, "mixed")
+    await step(ctx, "mixed", p["rate"], p["duration_s"])
+
+
+async def route_cost(ctx: Ctx, p: dict[str, Any]) -> None:
+    for route in p["routes"]:
+        await step(ctx, "route_cost", p["rate"], p["duration_s"], None, {route: 1.0}, alone=route)
+
+
+async def curve(ctx: Ctx, scenario: str, p: dict[str, Any], target: Target | None = None, /, **labels: object) -> float | None:
+    """Rising rates until one does not hold: records each step and the capacity (returned)."""
+    capacity = None
+    for rate in openloop.rates(p["start"], p["factor"], p["steps"]):
+        summary, lag = await step(ctx, scenario, rate, p["step_s"], target, rate=rate, **labels)
+        held, why = openloop.held(summary, lag, rate)
+        ctx.rec.add(scenario, "verdict", why, rate=rate, **labels)
+        if not held:
+            break
+        capacity = rate
+    ctx.rec.add(scenario, "capacity_per_s", capacity, **labels)
+    at_capacity = ctx.lookup(scenario, "accepted_ms", route="all", stat="p99", rate=capacity, **labels) if capacity else None
+    ctx.rec.add(scenario, "capacity_accepted_p99_ms", at_capacity, **labels)
+    return capacity
+
+
+async def saturation(ctx: Ctx, p: dict[str, Any]) -> None:
+    await population(ctx)
+    await settle(ctx, "saturation")
+    await curve(ctx, "saturation", p)
+
+
+async def overload(ctx: Ctx, p: dict[str, Any]) -> None:
+    await population(ctx)
+    await settle(ctx, "overload")
+    if (capacity := ctx.lookup("saturation", "capacity_per_s")) is None:
+        capacity = ctx.params["mixed"]["rate"]
+        ctx.rec.scope("overload").note(f"no measured capacity: ran at 2 × the mixed rate, {2 * capacity:g}/s")
+    ctx.rec.add("overload", "capacity_per_s", capacity)
+    await step(ctx, "overload", 2 * capacity, p["duration_s"])
+
+
+async def mixed_embedded(ctx: Ctx, p: dict[str, Any]) -> None:
+    system = BenchSystem(ctx.tmp / "embedded", ctx.args.base_port + 200, extra_env=p["env"], log_dir=ctx.logs / "embedded")
+    say(f"embedded default: SQLite + tansu on ports {system.base_port}+")
+    await asyncio.to_thread(system.start, 120)
+    try:
+        following = min(ctx.params["open_loop"]["mean_following"], p["users"] // 4)
+        pop = await openloop.seed(system.url("api"), f"e{ctx.tag}", p["users"], following, random.Random(ctx.tag))
+        target = Target(system.url("api"), system.metrics_urls, system.pids, pop)
+        await step(ctx, "mixed_embedded", p["rate"], p["duration_s"], target)
+    finally:
+        await asyncio.to_thread(system.stop)
+
+
+async def baseline_ref(ctx: Ctx, p: dict[str, Any]) -> None:
+    """This checkout and ``--baseline-ref``, each started fresh through its own launcher with
+    a population of its own, in ``rounds`` rounds of alternating order."""
+    if not ctx.args.baseline_ref:
+        ctx.rec.add("baseline_ref", "not_measured", "not measured: run with --baseline-ref <git ref>")
+        return
+    root, sha = await asyncio.to_thread(checkout, ctx.args.baseline_ref, say)
+    ctx.rec.add("baseline_ref", "ref", sha)
+    await asyncio.to_thread(ctx.system.stop)  # the systems compared run alone on the engines
+    sides = {"current": REPO, sha[:7]: root}
+    capacities: dict[str, list[float | None]] = {name: [] for name in sides}
+    for r in range(p["rounds"]):
+        for k, name in enumerate(list(sides) if r % 2 == 0 else list(sides)[::-1]):
+            side = f"{ctx.tag}{'c' if name == 'current' else 'b'}{r}"
+            env = ctx.system_env(side) | dict(item.split("=", 1) for item in ctx.args.env)
+            port, log = ctx.args.base_port + 300 + 10 * k, ctx.logs / f"ref-{side}.log"
+            system = CliSystem(sides[name], port, env, log, ctx.args.fanout_replica, ctx.args.background_nice)
+            say(f"baseline ref: round {r + 1}, {name} ({sides[name]})")
+            await asyncio.to_thread(system.start, ctx.tmp / f"ref-{side}")
+            try:
+                pop = await openloop.seed(system.api, f"q{side}", p["users"], p["mean_following"], random.Random(ctx.tag))
+                target = Target(system.api, system.metrics_urls, with_engines(ctx, system.pids), pop)
+                capacities[name].append(await curve(ctx, "baseline_ref", p, target, system=name, round=r + 1))
+            finally:
+                await asyncio.to_thread(system.stop)
+                if not ctx.args.keep:
+                    for ks in ("social_graph", "tweet_store"):
+                        await cql.execute(ctx.session, f"DROP KEYSPACE IF EXISTS bench_{side}_{ks}", name="bench_drop")
+                    await delete_topics(ctx.infra.kafka_bootstrap, (f"bench.{side}.",))
+    ctx.rec.scope("baseline_ref").repeated("capacity_ratio", capacities["current"], capacities[sha[:7]])

@@ -1,0 +1,264 @@
+"""The benchmark harness without the engines: the plan (bench/scenarios.toml) and the CLI
+over it, the page rendered from the committed results, the seeding arithmetic, the
+cassandra-stress arguments, the latency proxy on real sockets, the /proc and Prometheus
+probes, how a checkout's supervised services are named, and the curves' arithmetic."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import bare, probes, report, rows, run, seed, stats, targets
+from bench.scenarios.celebrity import crossover
+from bench.scenarios.fanout import steady_rate, summarize
+from bench.system import CliSystem
+from deploy.local.system import MODULES
+
+REPO = Path(__file__).resolve().parents[2]
+LATEST = REPO / "bench" / "results" / "latest.json"
+
+
+def test_every_scenario_in_order_is_a_coroutine_of_its_module_and_quick_only_shrinks() -> None:
+    order, full = run.load_plan(False)
+    _, quick = run.load_plan(True)
+    assert len(set(order)) == len(order)
+    for name in order:
+        module = importlib.import_module(f"bench.scenarios.{full[name]['module']}")
+        assert inspect.iscoroutinefunction(getattr(module, name)), name
+    raw = tomllib.loads(run.PLAN.read_text())["quick"]
+    for table, overrides in raw.items():  # a quick override names an existing parameter
+        assert set(overrides) <= set(full[table]), table
+        assert all(quick[table][k] == v for k, v in overrides.items())
+    assert quick["post_latency"]["curve"] == [] and full["post_latency"]["curve"] == [100000]
+    assert quick["baseline_ref"]["rounds"] == 1 and full["baseline_ref"]["rounds"] >= stats.MIN_REPEATS
+
+
+def test_set_overrides_parse_toml_values_and_refuse_unknown_keys() -> None:
+    _, params = run.load_plan(True, ["celebrity.counts=[1000, 2000]", "mixed.rate=7.5", "read_path.rate=abc"])
+    assert params["celebrity"]["counts"] == [1000, 2000] and params["mixed"]["rate"] == 7.5
+    assert params["read_path"]["rate"] == "abc"  # not TOML: the text as given
+    with pytest.raises(SystemExit, match=r"no parameter mixed\.rat"):
+        run.load_plan(False, ["mixed.rat=1"])
+    with pytest.raises(SystemExit, match="unknown scenario"):
+        run.main(["--only", "mixed,nonesuch"])
+
+
+def test_the_targets_name_measured_rows_and_judge_the_committed_results() -> None:
+    order, _ = run.load_plan(False)
+    specs = tomllib.loads((REPO / "bench" / "targets.toml").read_text())["target"]
+    assert len({t["key"] for t in specs}) == len(specs)
+    for t in specs:
+        for side in (t["measured"], t["bound"]):
+            for term in str(side).split()[::2]:
+                assert ":" not in term or term.split(":", 1)[0] in order, (t["key"], term)
+    verdicts = {v.key: v for v in targets.evaluate(rows.Results(rows.load(LATEST)))}
+    assert set(verdicts) == {t["key"] for t in specs}
+    judged = [v for v in verdicts.values() if v.passed is not None]
+    assert len(judged) >= 15 and any(v.passed is False for v in judged)  # the committed run has failing targets
+    assert "sync_curve" in verdicts and "mastodon_home" in verdicts
+
+
+@pytest.fixture(scope="module")
+def plotted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """The committed results rendered once with their plots (matplotlib takes seconds)."""
+    page = tmp_path_factory.mktemp("page") / "benchmarks.md"
+    return page, report.render(rows.load(LATEST), page, LATEST)
+
+
+@pytest.fixture
+def no_drawing(plotted: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Later renders name the same plots without drawing them again."""
+    names = [p.stem for p in plotted[1][1:]]
+    monkeypatch.setattr(report, "make_plots", lambda _r, out: {n: out / f"{n}.png" for n in names})
+
+
+def test_the_plots_are_drawn(plotted: tuple[Path, list[Path]]) -> None:
+    page, written = plotted
+    assert written[0] == page and report.BEGIN in page.read_text() and report.PLACEHOLDER in page.read_text()
+    assert {p.name for p in written[1:]} >= {"post_latency.png", "saturation.png", "cost.png", "ceiling.png", "scaling.png"}
+    assert all(p.stat().st_size > 1000 for p in written[1:])
+
+
+@pytest.mark.usefixtures("no_drawing")
+def test_the_page_keeps_the_hand_written_block(tmp_path: Path) -> None:
+    page, data = tmp_path / "benchmarks.md", rows.load(LATEST)
+    report.render(data, page, LATEST)
+    text = page.read_text()
+    assert report.BEGIN in text and report.PLACEHOLDER in text and "## Targets" in text
+    mine = "What the numbers say, written by a person.\n\n- with a list"
+    page.write_text(text.replace(report.PLACEHOLDER, mine))
+    report.render(data, page, LATEST)
+    again = page.read_text()
+    assert mine in again and report.PLACEHOLDER not in again and again.count(report.BEGIN) == 1
+    assert run.main(["--render", "--out", str(LATEST.parent), "--docs", str(tmp_path / "x.md")]) == 0
+    assert (tmp_path / "x.md").read_text().startswith("# Benchmarks")
+
+
+@pytest.mark.usefixtures("no_drawing")
+def test_the_committed_page_is_what_the_committed_results_render(tmp_path: Path) -> None:
+    committed = REPO / "docs" / "benchmarks.md"
+    page = tmp_path / "benchmarks.md"
+    page.write_text(committed.read_text())  # the same hand-written block
+    report.render(rows.load(LATEST), page, LATEST)
+    link = os.path.relpath(LATEST, tmp_path)
+    assert page.read_text().replace(link, "../bench/results/latest.json") == committed.read_text()
+
+
+def test_the_seeded_graph_gives_disjoint_ranges_and_distinct_follow_sets() -> None:
+    g = seed.Graph("t")
+    g.followers["shared"] = 3
+    g.add_disjoint("a", 2)
+    g.add_disjoint("b", 4)
+    assert g.followers_of("shared") == ["ft_00000", "ft_00001", "ft_00002"]
+    assert g.followers_of("a") == ["ft_00003", "ft_00004"] and g.followers_of("b")[0] == "ft_00005"
+    assert g.pool_size == 9 and len(g.edges()) == 9 and g.edges(["a"]) == [("ft_00003", "a"), ("ft_00004", "a")]
+    readers, authors = [f"r{i}" for i in range(20)], [f"a{i}" for i in range(8)]
+    sets = seed.distinct_follow_sets(readers, authors, 3)
+    assert len({tuple(s) for s in sets.values()}) == 20 and all(len(set(s)) == 3 for s in sets.values())
+    assert {a for s in sets.values() for a in s} == set(authors)  # every author is read
+    with pytest.raises(ValueError):
+        seed.distinct_follow_sets([f"r{i}" for i in range(11)], authors[:5], 2)  # only 10 pairs
+
+
+def test_cassandra_stress_arguments_and_its_home_timeline_profile(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    write = bare.stress_args("write", "ks_w", 1000, 8, tmp_path)
+    assert write[:2] == ["write", "n=1000"] and "keyspace=ks_w" in write and "threads=8" in write
+    home = bare.stress_args("home_timeline", "ks_h", 1000, 8, tmp_path, batch_rows=10)
+    assert home[0] == "user" and "n=100" in home  # batches of 10 rows
+    profile = yaml.safe_load(Path(home[1].split("=", 1)[1]).read_text())
+    assert profile["keyspace"] == "ks_h" and profile["table"] == "home_timeline"
+
+
+@pytest.fixture
+def echo_server() -> Iterator[int]:
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve_one() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            while data := conn.recv(1024):
+                conn.sendall(data)
+
+    threading.Thread(target=serve_one, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def test_the_latency_proxy_adds_its_delay_each_way(echo_server: int) -> None:
+    """As the benchmark and the e2e fault tests start it: its own process, from its flags."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flags = f"--listen 127.0.0.1:{port} --target 127.0.0.1:{echo_server} --delay-ms 50"
+    proxy = subprocess.Popen([sys.executable, "-m", "bench.latency_proxy", *flags.split()])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proxy.poll() is None
+                time.sleep(0.1)
+        with conn:
+            started = time.monotonic()
+            conn.sendall(b"ping")
+            assert conn.recv(16) == b"ping"
+            assert 0.1 <= time.monotonic() - started < 0.5  # 50 ms out, 50 ms back
+    finally:
+        proxy.terminate()
+        assert proxy.wait(10) == 0  # SIGTERM: a clean stop
+
+
+def test_prometheus_increases_quantiles_and_means() -> None:
+    h = 'fanline_http_request_duration_seconds_bucket{route="/v1/tweets",le="%s"}'
+    before = {h % "0.01": 10.0, h % "0.1": 10.0, h % "+Inf": 10.0, "c_total": 5.0}
+    after = {h % "0.01": 60.0, h % "0.1": 110.0, h % "+Inf": 110.0, "c_total": 9.0}
+    assert probes.increase(before, after, "c_total") == 4.0
+    assert probes.quantile(before, after, probes.HTTP, 0.5, 'route="/v1/tweets"') == pytest.approx(0.01)
+    assert probes.quantile(before, after, probes.HTTP, 0.75, 'route="/v1/tweets"') == pytest.approx(0.055)
+    assert probes.quantile(before, after, probes.HTTP, 0.5, 'route="/other"') is None
+    s = 'x_seconds_%s{op="a"}'
+    got = probes.means({s % "sum": 1.0, s % "count": 10.0}, {s % "sum": 3.0, s % "count": 30.0}, "x_seconds")
+    assert got == [('x_seconds{op="a"}', 20, pytest.approx(100.0))]
+
+
+def test_proc_cpu_children_and_cost_per_thousand() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    time.sleep(0.5)  # past its start-up
+    try:
+        assert probes.children(os.getpid())[child.pid].startswith(sys.executable)
+        clocks = probes.cpu_clocks({"me": os.getpid(), "gone": 2**22 + 7})
+        assert set(clocks) == {"me"} and clocks["me"] > 0
+        assert (probes.status_kib(child.pid, "VmRSS") or 0) > 1000
+    finally:
+        child.kill()
+    cost = probes.cpu_per_1k({"api": 1.0, "cassandra": 10.0}, {"api": 3.0, "cassandra": 14.0, "kafka": 1.0}, 500)
+    assert cost == {"api": 4.0, "cassandra": 8.0, "kafka": 2.0, "fanline": 4.0, "engines": 10.0, "all": 14.0}
+    assert probes.cpu_per_1k({}, {"api": 1.0}, 0) == {}
+
+
+def test_a_checkouts_services_are_named_as_its_launcher_names_them(tmp_path: Path) -> None:
+    """Each child of the supervisor by the module it runs; a second store is its fan-out replica."""
+    sleeper = "import time; time.sleep(60)"
+    spawn_all = "; ".join(
+        f"subprocess.Popen([sys.executable, '-c', {sleeper!r}, '-m', {m!r}])"
+        for m in (MODULES["api"], MODULES["tweet-store"], MODULES["tweet-store"], MODULES["fanout-worker"])
+    )
+    code = f"import subprocess, sys, time; {spawn_all}; time.sleep(60)"
+    system = CliSystem(tmp_path, 1, {}, tmp_path / "log")
+    system.proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while len(pids := system.pids()) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert set(pids) == {"api", "tweet-store", "tweet-store-fanout", "fanout-worker"}
+        assert pids["tweet-store"] < pids["tweet-store-fanout"]
+    finally:
+        os.killpg(system.proc.pid, 9)
+        system.proc.wait()
+    assert system.metrics_urls()["fanout-worker"] == "http://127.0.0.1:4/metrics"
+
+
+def test_curves_crossings_and_the_steady_rate() -> None:
+    assert stats.crossing([(0.0, 0.0), (1.0, 10.0), (2.0, 30.0)], 20) == 1.5
+    assert stats.crossing([(0.0, 0.0), (1.0, 5.0)], 20) is None
+    assert stats.interleaved(["a", "b"], 2) == [(0, "a"), (0, "b"), (1, "a"), (1, "b")]
+    assert crossover([(1000, 0.2), (10000, 1.2)]) == pytest.approx(1000 + 9000 * 0.8 / 1.0)
+    assert crossover([(1000, 0.2), (10000, 0.6)]) == pytest.approx(10000 + 9000 * 0.4 / 0.4)  # extrapolated
+    assert crossover([(1000, 0.5)]) is None
+    series = [(float(t), 100.0 * t) for t in range(11)]  # 100 rows/s, 1,000 expected
+    assert steady_rate(series, 1000, 0.0) == pytest.approx(100.0)
+    assert steady_rate(series, 1000, 8.0) is None  # ready too late: under a fifth of the rows left
+
+
+def test_a_py_spy_profile_is_summed_by_area_and_function() -> None:
+    raw = "\n".join(
+        [
+            "process 1;thread 2;main (app.py:3);execute (cassandra/cluster.py:10) 30",
+            "process 1;thread 2;main (app.py:3);dumps (json/encoder.py:5) 10",
+            "process 1;thread 2;handle (fanline_api/app.py:9) 60",
+        ]
+    )
+    total, areas, functions = summarize(raw, {"cassandra/": "driver", "fanline_": "fanline code"})
+    assert total == 100 and areas == {"fanline code": 60, "driver": 30, "other": 10}
+    assert functions["execute (cassandra/cluster.py)"] == 30
+
+
+def test_the_committed_results_are_tidy_rows() -> None:
+    data = json.loads(LATEST.read_text())
+    assert data and all(set(r) == {"run", "scenario", "metric", "value", "unit"} for r in data)
+    assert len({(r["scenario"], r["metric"]) for r in data}) == len(data)  # each figure once
