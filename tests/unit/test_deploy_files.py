@@ -768,3 +768,54 @@ def test_overview_dashboard_shows_the_key_metrics() -> None:
     missing = [m for m in REQUIRED_DASHBOARD_METRICS if not re.search(rf"\b{m}\b", exprs)]
     assert not missing, f"overview.json does not show {missing}"
     assert "kafka_consumergroup_lag" in exprs, "show the exporter's lag next to the workers' own"
+
+
+class _Recording(dict[str, str]):
+    """An environment that records every variable a settings reader asks for."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def engine_security_variables(tmp_path: Path) -> set[str]:
+    """Every variable the engine clients' TLS and authentication read, found
+    by reading them fully switched on (SASL_SSL, Cassandra TLS, client
+    certificates, passwords): a setting added to engine_security.py is
+    covered here without touching this test."""
+    from fanline_shared.engine_security import CassandraSecurity, KafkaSecurity
+
+    pem = tmp_path / "any.pem"
+    pem.write_text("not read: only its existence is checked")
+    values = {"FANLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FANLINE_CASSANDRA_TLS": "true"}
+    for engine in ("KAFKA", "CASSANDRA"):
+        values |= {f"FANLINE_{engine}_USERNAME": "fanline", f"FANLINE_{engine}_PASSWORD": "secret"}
+        values |= {f"FANLINE_{engine}_TLS_{part}": str(pem) for part in ("CA", "CERT", "KEY")}
+    env = _Recording(values)
+    KafkaSecurity.from_env(Env(env))
+    CassandraSecurity.from_env(Env(env))
+    return env.read
+
+
+def test_compose_passes_every_engine_security_setting_through(tmp_path: Path) -> None:
+    """Issue #29 item 3, "compose carries the settings": every TLS and
+    authentication setting of the engine clients reaches every Fanline
+    container from the operator's environment (`${NAME:-default}`), and the
+    files they name can be mounted where Kubernetes mounts them."""
+    wanted = engine_security_variables(tmp_path)
+    assert {"FANLINE_KAFKA_PASSWORD_FILE", "FANLINE_CASSANDRA_TLS_CHECK_HOSTNAME"} <= wanted  # not vacuous
+    fanline = {name: svc for name, svc in compose()["services"].items() if str(svc.get("image", "")).startswith("fanline/")}
+    assert len(fanline) == 6, sorted(fanline)  # four services and the two migrate jobs
+    for name, svc in fanline.items():
+        env = environment(svc)
+        for variable in sorted(wanted):
+            assert re.fullmatch(rf"\$\{{{variable}:-[^}}]*\}}", env.get(variable, "")), f"{name}: {variable} not passed through"
+        mounts = [str(v).rsplit(":", 2) for v in svc.get("volumes", [])]
+        assert any(m[1:] == ["/etc/fanline/engines", "ro"] for m in mounts), f"{name}: no read-only engines mount"
+    readme = REPO / "deploy" / "engines" / "README.md"
+    assert "/etc/fanline/engines" in readme.read_text()
+    assert (REPO / "deploy" / "engines" / ".gitignore").read_text().splitlines()[1] == "*", "never commit a secret"
