@@ -487,3 +487,42 @@ def test_the_dev_overlay_runs_the_engines_and_production_does_not() -> None:
     assert not by_kind("overlays/production", "StatefulSet")
     production = config("overlays/production")
     assert production["FANLINE_CASSANDRA_RF"] == production["FANLINE_TOPIC_RF"] == "3"
+
+
+def test_production_turns_on_tls_and_auth_to_both_engines_with_files_every_pod_mounts(tmp_path: Path) -> None:
+    """Issue #29 item 3, "Kubernetes carries the settings": the production
+    overlay's ConfigMap, read by the services' own settings readers, asks for
+    SASL_SSL (SCRAM-SHA-512) and Cassandra TLS with a password; every file it
+    names lies in a Secret volume mounted in every container that reads the
+    ConfigMap, under a key the overlay's `kubectl create secret` line
+    creates."""
+    from fanline_shared.config import Env
+    from fanline_shared.engine_security import CassandraSecurity, KafkaSecurity
+
+    production = config("overlays/production")
+    files = {name: value for name, value in production.items() if name.endswith(("_FILE", "_CA", "_CERT", "_KEY"))}
+    assert {"FANLINE_KAFKA_PASSWORD_FILE", "FANLINE_CASSANDRA_PASSWORD_FILE", "FANLINE_KAFKA_TLS_CA"} <= set(files)
+    comment = (K8S / "overlays" / "production" / "kustomization.yaml").read_text()
+    created = set(re.findall(r"--from-(?:literal|file)=([\w.-]+)=", comment))
+    pods = [*by_kind("overlays/production", "Deployment").values(), *by_kind("overlays/production", "Job").values()]
+    pods = [p for p in pods if {"configMapRef": {"name": "fanline-config"}} in container(p).get("envFrom", [])]
+    assert len(pods) >= 7, [p["metadata"]["name"] for p in pods]  # four services, two migrations, the topics Job
+    for pod in pods:
+        spec = pod["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+        mounts = {m["mountPath"]: m["name"] for m in container(pod).get("volumeMounts", [])}
+        for name, path in files.items():
+            directory, _, key = path.rpartition("/")
+            assert mounts.get(directory) in secrets, f"{pod['metadata']['name']}: {name}={path} is in no mounted Secret"
+            assert key in created, f"{name}: the Secret key {key} is not created by the overlay's instructions"
+    # The settings the services would read from it (the mounted files stood in for by local ones).
+    for path in files.values():
+        local = tmp_path / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text("stand-in")
+    env = Env({name: str(tmp_path / value.lstrip("/")) if name in files else value for name, value in production.items()})
+    kafka, cassandra = KafkaSecurity.from_env(env), CassandraSecurity.from_env(env)
+    assert (kafka.protocol, kafka.sasl_mechanism, kafka.username) == ("SASL_SSL", "SCRAM-SHA-512", "fanline")
+    assert kafka.password is not None and kafka.tls is not None and kafka.tls.check_hostname
+    assert cassandra.tls is not None and cassandra.tls.ca_file is not None and cassandra.tls.check_hostname
+    assert cassandra.username == "fanline" and cassandra.password is not None
