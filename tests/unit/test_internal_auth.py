@@ -68,7 +68,7 @@ def test_every_internal_route_refuses_a_missing_or_wrong_credential(tmp_path: Pa
                 assert r.status_code == 401, (service, method, path, r.status_code)
                 assert r.json()["error"]["code"] == "internal_unauthorized"
             assert client.get("/healthz").status_code == 200  # probes need no credential
-            # /metrics: on the metrics port only (server.MetricsPort), never here.
+            # /metrics: on the metrics port only (http_server.MetricsPort), never here.
             assert client.get("/metrics").status_code == 404
 
 

@@ -2,7 +2,7 @@
 (issue #29 item 6).
 
 * ``/readyz`` fails on a required dependency and only reports a degraded one
-  (``web.Degraded``), naming it without details on a public port;
+  (``http_routes.Degraded``), naming it without details on a public port;
 * tweet-store is not ready until it has reached social-graph once (a
   NetworkPolicy or URL mistake stalls a rollout instead of serving home
   reads that fail); once reached, an outage only degrades it (the end-to-end

@@ -1,6 +1,6 @@
 """The HTTP edge shared by every service: routes with metrics, the error body,
 JSON in and out, and the operations endpoints (/healthz, /readyz; /metrics is
-served on a port of its own, ``server.MetricsPort``).
+served on a port of its own, ``http_server.MetricsPort``).
 
 Domain errors become status codes here and only here.
 """
@@ -117,7 +117,7 @@ def ops_routes(service: str, checks: Mapping[str, ReadinessCheck], *, public: bo
     answers). ``checks`` maps a dependency name to a coroutine that raises
     when that dependency is unavailable (``Degraded``: unavailable, but the
     service is ready without it). ``/metrics`` is not here: it is served on
-    the service's metrics port only (``server.serve``, ``MetricsPort``).
+    the service's metrics port only (``http_server.serve``, ``MetricsPort``).
 
     ``public``: the port faces the Internet (the gateway). ``/readyz`` then
     names a failing dependency but not why (error texts can carry internal

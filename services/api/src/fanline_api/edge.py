@@ -1,8 +1,8 @@
 """The public edge: the internal protocol's control headers never come in from outside.
 
 Every ``X-Fanline-*`` request header is a control signal between Fanline's
-own services: the priority of background work (``peers.PRIORITY_HEADER``),
-the caller's timeout (``peers.TIMEOUT_HEADER``), the service credential
+own services: the priority of background work (``http_client.PRIORITY_HEADER``),
+the caller's timeout (``http_client.TIMEOUT_HEADER``), the service credential
 (``internal_auth.HEADER``). A public client must not be able to send one, so
 the gateway removes them all before anything reads a header -- admission
 control included: a client marking its requests as background work is
