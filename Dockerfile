@@ -41,9 +41,13 @@ WORKDIR /src
 COPY constraints.txt ./
 COPY shared/ shared/
 COPY services/${SERVICE}/ services/${SERVICE}/
+# Every image ships the operator CLI (`fanline`, docs/operations/cli.md;
+# deploy/k8s/tools runs it as a Job from the api image), without migrate's
+# storage code: `migrate` is each storage image's own entry point.
+COPY tools/fanline-cli/ tools/fanline-cli/
 # Not editable (-e): the venv must not point back into /src, which the runtime
 # stage does not have. -c pins every third-party version to what CI tested.
-RUN pip install -c constraints.txt ./shared ./services/${SERVICE} \
+RUN pip install -c constraints.txt ./shared ./services/${SERVICE} ./tools/fanline-cli \
  && mv /tmp/fanline-port /opt/venv/fanline-port \
  && ln -s fanline-${SERVICE} /opt/venv/bin/fanline-service
 

@@ -1,6 +1,7 @@
 # Fanline — the commands a newcomer needs. `make help` lists them.
 #
 #   make run        the whole system on the embedded default (SQLite + tansu)
+#   make dev        the development tools too (make test and make lint do it)
 #   make test       every test, incl. real Cassandra + Kafka when Java is here
 #   make infra-up   start real Cassandra 5.0 + Kafka 4.x (from Maven Central)
 #   make run-real   the services against them
@@ -8,6 +9,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two installs into one .venv: what running needs (RUN_STAMP: the packages,
+# the embedded broker), then the development tools on top (STAMP: tests,
+# lint, browsers, validators, plots). `make run` stops at the first.
+RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 # `-e .`: the repository's tooling, deploy.local and bench (pyproject.toml).
 PACKAGES := -e shared -e services/social-graph -e services/tweet-store -e services/api -e services/fanout-worker -e tools/fanline-cli -e .
@@ -26,19 +31,25 @@ NODES  ?= 1
 SECURE ?= 0
 INFRA  := FANLINE_INFRA_NODES=$(NODES) FANLINE_INFRA_SECURE=$(SECURE) $(PYTHON) -m deploy.local.infra
 
-.PHONY: help venv run run-real infra-up infra-down infra-status test test-fast lint fmt clean browser ops-tools proxy-tools
+.PHONY: help venv dev run run-real infra-up infra-down infra-status test soak test-fast lint fmt clean browser ops-tools proxy-tools images
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
-$(STAMP): constraints.txt requirements-dev.txt pyproject.toml shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
+$(RUN_STAMP): constraints.txt requirements-run.txt pyproject.toml shared/pyproject.toml services/*/pyproject.toml tools/*/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt $(PACKAGES) -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt $(PACKAGES) -r requirements-run.txt
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP) requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -r requirements-dev.txt
 	touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv with every package (done by the other targets on first use)
+venv: $(STAMP)  ## create .venv with every package and the development tools (done by the other targets on first use)
 
-run: $(STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000
+dev: $(STAMP)  ## the development tools: tests, lint, Playwright, validators, plots (make test and make lint install them too)
+
+run: $(RUN_STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000 (installs only what running needs)
 	$(BIN)/python -m deploy.local.system
 
 infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; SECURE=1: TLS + auth; Maven download on first use)
@@ -50,7 +61,7 @@ infra-down:  ## stop them
 infra-status:  ## are they running?
 	$(INFRA) status
 
-run-real: $(STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster; SECURE=1: TLS + auth)
+run-real: $(RUN_STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster; SECURE=1: TLS + auth)
 	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python -m deploy.local.system --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
@@ -65,17 +76,24 @@ proxy-tools:  ## Debian's nginx and redis-server for the proxy test (tests/e2e/t
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; fi
 	@echo "proxy tools: $$(PATH=$$PATH:/usr/sbin nginx -v 2>&1), $$(redis-server --version | cut -d' ' -f1-3)"
 
-ops-tools: $(STAMP)  ## promtool + prometheus (Debian), kubeconform + kustomize (Go) for tests/ops; idempotent
+# The Pod Security Standard evaluator of the API server, as a command (tests/ops/psa).
+$(BIN)/psa-check: tests/ops/psa/main.go tests/ops/psa/go.mod tests/ops/psa/go.sum | $(STAMP)
+	cd tests/ops/psa && go build -o $(abspath $(BIN))/psa-check .
+
+ops-tools: $(STAMP) $(BIN)/psa-check  ## promtool + prometheus (Debian), kubeconform + kustomize + psa-check (Go) for tests/ops; idempotent
 	@command -v promtool >/dev/null || { SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 	@test -x $(BIN)/kubeconform-$(KUBECONFORM_VERSION) || { GOBIN=$(abspath $(BIN)) go install github.com/yannh/kubeconform/cmd/kubeconform@$(KUBECONFORM_VERSION) \
 	  && mv $(BIN)/kubeconform $(BIN)/kubeconform-$(KUBECONFORM_VERSION) && ln -sf kubeconform-$(KUBECONFORM_VERSION) $(BIN)/kubeconform; }
 	@test -x $(BIN)/kustomize-$(KUSTOMIZE_VERSION) || { GOBIN=$(abspath $(BIN)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION) \
 	  && mv $(BIN)/kustomize $(BIN)/kustomize-$(KUSTOMIZE_VERSION) && ln -sf kustomize-$(KUSTOMIZE_VERSION) $(BIN)/kustomize; }
-	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION)"
+	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION), psa-check"
 
 test: $(STAMP) browser ops-tools proxy-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
-	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # the soak beside the engine-free tests, then the rest
+	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # waiting overlaps work: see the docstring
+
+soak: $(STAMP)  ## the documented soak alone: FANLINE_SOAK_S (default 600 s) of steady mixed load on the real engines
+	REQUIRE_REAL_INFRA=1 $(BIN)/python -m pytest -m soak -q -s $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## unit tests and the SQLite side only (no engines, no processes)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
@@ -106,6 +124,9 @@ lint: $(STAMP)  ## ruff (rules and formatting) + mypy
 fmt: $(STAMP)  ## format and fix imports
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+images: $(STAMP)  ## build the four images with docker or podman (ENGINE=…), tagged with the version and dev (TAG=…)
+	$(BIN)/python tools/images.py $(if $(TAG),--tag $(TAG))
 
 clean:  ## remove the virtualenv, local data and engine state
 	rm -rf $(VENV) .data .infra .pytest_cache .mypy_cache .ruff_cache

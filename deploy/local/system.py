@@ -100,7 +100,7 @@ class System:
     python: str = sys.executable
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     internal_token: str = field(default_factory=lambda: os.environ.get("FANLINE_INTERNAL_TOKEN") or secrets.token_urlsafe(32))
-    # Background work at a lower CPU priority (docs/operations.md, "Background
+    # Background work at a lower CPU priority (docs/operations/scale.md, "Background
     # work and CPU priority"): ``fanout_replica`` starts a social-graph and a
     # tweet-store replica (``social-graph-fanout``, ``tweet-store-fanout`` on
     # ports base+4, base+5) that only the fan-out worker calls (follower pages,
@@ -310,7 +310,7 @@ class System:
     def stop(self, timeout: float = 20) -> None:
         """Stop the front (api, worker) first, then the rest, each group in
         parallel; anything still alive after ``timeout`` gets SIGKILL."""
-        replicas = tuple(name for name in self.procs if name.startswith("api-"))
+        replicas = tuple(name for name in self.procs if name.startswith(("api-", "fanout-worker-")))
         for group in (("api", "fanout-worker", *replicas), ("tweet-store", "social-graph", *FANOUT_REPLICAS, "broker")):
             procs = {name: self.procs.pop(name) for name in group if name in self.procs}
             for proc in procs.values():

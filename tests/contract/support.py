@@ -76,6 +76,7 @@ def tweet_store_service(
     merge_count: int = 50,
     max_rows: int = 800,
     following: Callable[[str], Awaitable[list[str]]] | None = None,
+    ids: Any = None,
 ) -> Any:
     """tweet-store's service layer over ``storage``, as its app composes it
     (whom a reader follows: ``following``, default nobody)."""
@@ -98,4 +99,5 @@ def tweet_store_service(
         hybrid=hybrid,
         cap=HomeCap(storage.home, max_rows),
         regenerator=Regenerator(storage.home, storage.tweets, hybrid.following, retention_s=retention_s, max_rows=max_rows),
+        ids=ids,
     )

@@ -149,7 +149,7 @@ async def test_applied_mode_keeps_published_events_until_acked_and_replays_them(
 
 async def test_an_events_request_id_is_stored_with_it(owner: Owner, clock: Clock) -> None:
     """The request that caused an event travels with its outbox row, so the
-    relay publishes it as the Kafka header too (docs/operations.md, "Follow
+    relay publishes it as the Kafka header too (docs/operations/monitor.md, "Follow
     one post"); an event without one stays without."""
     base = clock.past()
     traced = OutboxEvent(id=new_timeuuid(base), key="traced", payload=b"{}", request_id="req-1f2e")

@@ -9,6 +9,7 @@ import pytest
 
 from fanline_shared.domain import User, utcnow
 from fanline_shared.errors import Conflict
+from fanline_social_graph.accounts import candidate_id
 from fanline_social_graph.adapters import SocialGraphStorage
 
 from .support import Names
@@ -22,7 +23,9 @@ async def test_create_then_get_keeps_display_case(social_graph: SocialGraphStora
     name = names.user("Ab")
     created_at = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
     user = await social_graph.users.create(name, "hash-1", created_at)
-    assert user == User(username=name, created_at=ms(created_at))
+    # Every user gets an account id (Mastodon-compatible API, accounts.py).
+    account_id = candidate_id(ms(created_at), name.lower())
+    assert user == User(username=name, created_at=ms(created_at), account_id=account_id)
     for lookup in (name, name.lower(), name.upper()):
         assert await social_graph.users.get(lookup) == user, lookup
 

@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,10 @@ class Load:
     api_url: str
     posters: list[tuple[str, str]]  # (username, token)
     readers: list[tuple[str, str]]
+    # Several gateways behind a load balancer: each attempt goes to the next
+    # URL this returns (round robin), as a balancer sends requests only to
+    # the replicas in its pool. None: always ``api_url``.
+    gateways: Callable[[], list[str]] | None = None
     post_interval_s: float = 0.25
     read_interval_s: float = 0.5
     op_deadline_s: float = 60.0
@@ -117,8 +122,12 @@ class Load:
         while True:
             with self._lock:
                 self.sent += 1
+                url = path
+                if self.gateways is not None:
+                    pool = self.gateways()
+                    url = pool[self.sent % len(pool)] + path
             try:
-                r = client.request(method, path, **kw)
+                r = client.request(method, url, **kw)
                 if r.status_code < 500 and r.status_code != 429:
                     return r
                 reason = f"{r.status_code} {r.text[:120]}"

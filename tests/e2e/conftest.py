@@ -139,6 +139,14 @@ def system(request: pytest.FixtureRequest) -> System:
     return request.getfixturevalue(f"{request.param.replace('-', '_')}_system")  # type: ignore[no-any-return]
 
 
+@pytest.fixture(params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
+def masto_system(request: pytest.FixtureRequest) -> System:
+    """The Mastodon-compatible API's tests: the session's embedded and real
+    systems above (no system of their own; the -small ones are left out to
+    keep the real-engine part short)."""
+    return request.getfixturevalue(f"{request.param}_system")  # type: ignore[no-any-return]
+
+
 # Users idle for 3 s are inactive (skipped by fan-out, regenerated on return).
 INACTIVE_ENV = {**SMALL_ENV, "FANLINE_INACTIVE_AFTER_S": "3"}
 

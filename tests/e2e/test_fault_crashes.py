@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_infra, pytest.
 FOLLOWERS = 30
 PAGE = 5  # FAST_ENV's FANLINE_FANOUT_PAGE_SIZE
 MID_PAGE_TRIALS = 3
+#: Extra trials allowed for kills that landed after the fan-out had finished.
+SPARE_TRIALS = 3
 
 
 async def _bulk(coros: list[Any], concurrency: int = 16) -> list[Any]:
@@ -155,8 +157,13 @@ def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
     sent = lost = duplicated = 0
     at_kill: list[int] = []
     recovery: list[float] = []
-    exact = 0
-    for trial in range(trials):
+    exact = attempts = 0
+    # A kill that lands after the fan-out finished proves nothing about a
+    # half-done one: it is still checked for exactness, and another trial
+    # is run in its place (at most ``SPARE_TRIALS`` times) so that ``trials``
+    # kills land mid-fan-out. One in twenty landed late on a busy machine.
+    while sum(1 for d in at_kill if 0 < d < FOLLOWERS) < trials and attempts < trials + SPARE_TRIALS:
+        trial, attempts = attempts, attempts + 1
         tweet = api.post(token, f"{sig.name} trial {trial}")["id"]
         sent += 1
         stored.wait(tweet, lambda n: n >= 1)
@@ -173,6 +180,7 @@ def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
         duplicated += sum(v - 1 for v in counts.values() if v > 1)
         exact += set(counts.values()) == {1}
     mid = sum(1 for d in at_kill if 0 < d < FOLLOWERS)
+    late = attempts - mid
     record(
         FaultRow(
             f"fan-out worker {sig.name} mid-fan-out, restarted ({trials} trials)",
@@ -181,13 +189,13 @@ def test_worker_stopped_mid_fanout_delivers_every_follower_exactly_once(
             sent,
             lost,
             duplicated,
-            f"{exact}/{trials} exact; {FOLLOWERS} followers each, {mid}/{trials} kills mid-fan-out "
+            f"{exact}/{attempts} exact; {FOLLOWERS} followers each, {mid}/{attempts} kills mid-fan-out "
             f"({min(at_kill)}-{max(at_kill)} rows stored at the kill); exact again "
             f"{statistics.median(recovery):.0f} s (median) after the kill, worker restart included",
         )
     )
-    assert exact == trials, f"{trials - exact} trials not exact: lost {lost}, duplicated {duplicated}"
-    assert mid == trials, f"only {mid} of {trials} kills landed mid-fan-out: {at_kill}"
+    assert exact == attempts, f"{attempts - exact} trials not exact: lost {lost}, duplicated {duplicated}"
+    assert mid == trials, f"only {mid} of {attempts} kills landed mid-fan-out ({late} late): {at_kill}"
 
 
 def test_tweet_store_killed_mid_page_delivers_every_follower_exactly_once(

@@ -1,4 +1,4 @@
-"""Follow one post through the system (docs/operations.md, "Follow one post").
+"""Follow one post through the system (docs/operations/monitor.md, "Follow one post").
 
 A client posts with its own ``X-Request-Id``; the gateway returns it, and the
 id is then found in the JSON log lines of every process the post went

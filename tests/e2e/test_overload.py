@@ -1,4 +1,4 @@
-"""Overload sheds, never queues (issue #18 item 4; docs/operations.md "Overload").
+"""Overload sheds, never queues (issue #18 item 4; docs/operations/scale.md "Overload").
 
 A whole system is started with a tiny admission limit (2 requests in flight
 per service, 20 ms queue deadline, 2 waiting) and flooded through the public

@@ -43,7 +43,7 @@ def api(ops_system: System) -> Any:
 
 def test_help_lists_every_command(ops_system: System) -> None:
     out = ok(fanline(ops_system, "--help"))
-    for command in ("migrate", "topics", "dlq", "rebuild-home", "sample-data"):
+    for command in ("migrate", "topics", "dlq", "rebuild-home", "sample-data", "backup", "restore"):
         assert command in out
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,7 +49,14 @@ DASHBOARD_DIR = REPO / "deploy" / "grafana" / "dashboards"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
 JOBS = {"api": "api", "social-graph": "social-graph", "tweet-store": "tweet-store", "fanout-worker": "fanout-worker"}
 EXPORTER_METRIC = re.compile(r"\bkafka_consumergroup_\w+")
-PROMETHEUS_PORTS = {"embedded": 21090, "real": 21190}
+
+
+def free_port() -> int:
+    """A port nothing listens on now: fixed ones (21090, 21190) collided with
+    the systems' own under FANLINE_TEST_PORT_OFFSET=90 (21000 + 90)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,7 @@ class Observed:
 
 def observe(system: System, backend: str, workdir: Path) -> Iterator[Observed]:
     prometheus = Prometheus(
-        port=PROMETHEUS_PORTS[backend],
+        port=free_port(),
         workdir=workdir,
         # Each service's metrics port: its own port serves no /metrics.
         targets={job: f"127.0.0.1:{system.ports[service] + METRICS_PORT_OFFSET}" for job, service in JOBS.items()},

@@ -1,6 +1,9 @@
 """deploy/k8s, validated offline: rendered with kustomize, checked by
-kubeconform -strict against bundled schemas, then the rules a schema cannot
-express (probes, resources, KEDA's bounds, Jobs, consistency with the config).
+kubeconform -strict against bundled schemas and every pod against its
+namespace's Pod Security Standard (``psa-check``: the API server's own
+evaluator, tests/ops/psa), then the rules a schema cannot express (probes,
+resources, PodDisruptionBudgets, KEDA's bounds, Jobs, consistency with the
+config), and the operator CLI's Job as deploy/k8s/tools/fanline-cli renders it.
 
 Schemas (tests/ops/data/k8s-schemas/README.md): the built-in kinds come from
 the pinned ``kubernetes-validate`` package (PyPI), turned into standalone
@@ -12,7 +15,9 @@ it is given only a local ``-schema-location``.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import urllib.parse
 from functools import cache
 from pathlib import Path
@@ -432,16 +437,27 @@ def test_keda_scales_the_worker_within_the_partitions(overlay: str) -> None:
     assert meta["allowIdleConsumers"] == "false"
 
 
+def released_version() -> str:
+    match = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert match
+    return match.group(1)
+
+
+def jobs_by_app(overlay: str) -> dict[str, dict[str, Any]]:
+    return {j["metadata"]["labels"]["app.kubernetes.io/name"]: j for j in by_kind(overlay, "Job").values()}
+
+
 @by_overlay
 def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None:
-    jobs, deployments = by_kind(overlay, "Job"), by_kind(overlay, "Deployment")
+    jobs, deployments = jobs_by_app(overlay), by_kind(overlay, "Deployment")
     for service in STORAGE:
         job = jobs[f"migrate-{service}"]
         c = container(job)
         assert c["args"] == ["migrate"]
         assert c["image"] == container(deployments[service])["image"], "the service's own image and code path"
         assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
-        assert job["spec"]["ttlSecondsAfterFinished"] > 0, "finished Jobs must go, or the next apply fails"
+        assert job["spec"]["parallelism"] == 1, "one migrator at a time, retries included"
+        assert job["spec"]["ttlSecondsAfterFinished"] > 0
     script = " ".join(container(jobs["kafka-topics"])["args"])
     for needle in (
         '"$FANLINE_EVENTS_TOPIC"',
@@ -526,3 +542,180 @@ def test_production_turns_on_tls_and_auth_to_both_engines_with_files_every_pod_m
     assert kafka.password is not None and kafka.tls is not None and kafka.tls.check_hostname
     assert cassandra.tls is not None and cassandra.tls.ca_file is not None and cassandra.tls.check_hostname
     assert cassandra.username == "fanline" and cassandra.password is not None
+
+
+# --------------------------------------------------------------------------
+# Pod Security Standards (the API server's own evaluator: tests/ops/psa)
+# --------------------------------------------------------------------------
+
+
+def psa_check(manifests: str, level: str) -> tuple[int, list[dict[str, Any]], str]:
+    done = run_tool([tool("psa-check"), "-level", level], input=manifests, timeout=60)
+    verdicts = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return done.returncode, verdicts, done.stderr
+
+
+def enforced_level(overlay: str) -> str:
+    (namespace,) = by_kind(overlay, "Namespace").values()
+    return str(namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"])
+
+
+@by_overlay
+def test_every_pod_passes_the_namespace_pod_security_standard(overlay: str) -> None:
+    level = enforced_level(overlay)
+    assert level == ("baseline" if overlay == "overlays/dev" else "restricted"), "only the dev overlay relaxes it"
+    code, verdicts, err = psa_check(rendered(overlay), level)
+    assert code == 0, [v for v in verdicts if not v["allowed"]] or err
+    workloads = {(o["kind"], o["metadata"]["name"]) for o in objects(overlay) if "template" in o.get("spec", {})}
+    assert {(v["kind"], v["name"]) for v in verdicts} == workloads, "psa-check skipped a workload"
+
+
+def test_the_fanline_pods_pass_restricted_even_in_the_dev_overlay() -> None:
+    """The dev overlay relaxes the namespace for the cassandra image only."""
+    _, verdicts, _ = psa_check(rendered("overlays/dev"), "restricted")
+    refused = {v["name"] for v in verdicts if not v["allowed"]}
+    assert refused == {"cassandra"}, refused
+
+
+def test_the_pod_security_check_is_not_vacuous() -> None:
+    code, verdicts, _ = psa_check(BROKEN["misspelt-deployment-field"], "restricted")
+    assert code == 1 and verdicts and not verdicts[0]["allowed"]
+    reasons = " ".join(f["reason"] for f in verdicts[0]["forbidden"])
+    assert "runAsNonRoot" in reasons and "seccompProfile" in reasons, reasons
+
+
+# --------------------------------------------------------------------------
+# PodDisruptionBudgets
+# --------------------------------------------------------------------------
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}, "only matchLabels selectors here"
+    return bool(selector["matchLabels"].items() <= labels.items())
+
+
+@by_overlay
+def test_every_deployment_has_one_disruption_budget_that_lets_a_drain_proceed(overlay: str) -> None:
+    budgets = by_kind(overlay, "PodDisruptionBudget")
+    for name, deployment in by_kind(overlay, "Deployment").items():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        mine = [b for b in budgets.values() if selects(b["spec"]["selector"], labels)]
+        assert len(mine) == 1, f"{name}: {len(mine)} PodDisruptionBudgets select its pods"
+        spec = mine[0]["spec"]
+        # maxUnavailable 1: one replica at a time, and a single replica can still be drained.
+        assert spec == {"maxUnavailable": 1, "selector": spec["selector"]}, spec
+    for budget in budgets.values():
+        owners = [
+            n
+            for n, d in by_kind(overlay, "Deployment").items()
+            if selects(budget["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
+        ]
+        assert len(owners) == 1, f"PodDisruptionBudget {budget['metadata']['name']} selects {owners}"
+
+
+# --------------------------------------------------------------------------
+# the operator CLI as a Job (deploy/k8s/tools)
+# --------------------------------------------------------------------------
+
+CLI_SCRIPT = K8S / "tools" / "fanline-cli"
+
+
+def cli_job(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return run_tool([str(CLI_SCRIPT), *args], env={"PATH": os.environ["PATH"], **env}, timeout=30)
+
+
+@pytest.mark.parametrize("claim", ["", "fanline-backups"])
+def test_the_cli_job_is_valid_and_passes_restricted(schema_dir: Path, claim: str) -> None:
+    done = cli_job("--print", "backup", "/backups/2026-11-26", BACKUP_CLAIM=claim)
+    assert done.returncode == 0, done.stderr
+    (job,) = [d for d in yaml.safe_load_all(done.stdout) if d]
+    (backups,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "backups"]
+    assert backups == (
+        {"name": "backups", "persistentVolumeClaim": {"claimName": claim}} if claim else {"name": "backups", "emptyDir": {}}
+    )
+    code, resources, summary = kubeconform(done.stdout, schema_dir)
+    assert code == 0 and not resources and json.loads(summary)["valid"] == 1, (resources, summary)
+    code, verdicts, err = psa_check(done.stdout, "restricted")
+    assert code == 0 and len(verdicts) == 1 and verdicts[0]["allowed"], verdicts or err
+
+
+def test_the_cli_job_runs_the_cli_with_what_internal_calls_need() -> None:
+    (job,) = [d for d in yaml.safe_load_all(cli_job("--print", "rebuild-home", "ada").stdout) if d]
+    pod = job["spec"]["template"]
+    c = container(job)
+    assert c["command"] == ["fanline"] and c["args"] == ["rebuild-home", "ada"]
+    assert c["image"].split(":")[0] == container(by_kind("base", "Deployment")["api"])["image"].split(":")[0], "the api image"
+    assert {"configMapRef": {"name": "fanline-config"}} in c["envFrom"]
+    assert {"secretRef": {"name": "fanline-internal"}} in c["envFrom"]
+    assert job["metadata"]["namespace"] == "fanline" and "generateName" in job["metadata"]
+    assert job["spec"]["backoffLimit"] == 0 and pod["spec"]["restartPolicy"] == "Never"
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    # the NetworkPolicies of the services the CLI calls (the storage services) admit it
+    called = [service for service in SERVICES if "cli" in callers_of(service)]
+    assert called == ["social-graph", "tweet-store"], called
+    for service in called:
+        (policy,) = [
+            p
+            for p in by_kind("base", "NetworkPolicy").values()
+            if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": service}}
+        ]
+        sources = [source for rule in policy["spec"]["ingress"] for source in rule.get("from", [])]
+        assert any(
+            set(s) == {"podSelector"}
+            and "matchLabels" in s["podSelector"]
+            and selects(s["podSelector"], pod["metadata"]["labels"])
+            for s in sources
+        ), policy["metadata"]["name"]
+    # ...and the image it names ships the CLI
+    from .test_images import image_installs
+
+    assert "./tools/fanline-cli" in image_installs("fanline/api")
+
+
+def test_the_cli_job_takes_the_namespace_and_image_and_refuses_unsafe_arguments() -> None:
+    (job,) = [
+        d
+        for d in yaml.safe_load_all(cli_job("--print", "topics", "verify", NAMESPACE="staging", IMAGE="r.example/api:9").stdout)
+        if d
+    ]
+    assert job["metadata"]["namespace"] == "staging" and container(job)["image"] == "r.example/api:9"
+    for bad in ("a b", 'x"y', "$(id)", ""):
+        done = cli_job("--print", "rebuild-home", bad)
+        assert done.returncode == 2 and "unsupported" in done.stderr, (bad, done.stderr)
+
+
+FAKE_KUBECTL = """#!/usr/bin/env bash
+# Records its calls; answers like kubectl for the script's four calls.
+echo "$*" >> "$CALLS"
+case "$*" in
+  *"get deployment api"*) printf 'registry.example/fanline/api:0.1.0' ;;
+  *"create -f - -o name"*) cat > "$CREATED"; echo job.batch/fanline-cli-x7k2p ;;
+  *"logs -f"*) echo "fanline.events: 8 partitions, ok" ;;
+  *"get pods -l job-name=fanline-cli-x7k2p"*) printf '%s' "$EXIT_CODE" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("exit_code", ["0", "1"])
+def test_the_cli_script_creates_the_job_follows_its_log_and_returns_its_exit_code(tmp_path: Path, exit_code: str) -> None:
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL)
+    kubectl.chmod(0o755)
+    calls, created = tmp_path / "calls", tmp_path / "job.yaml"
+    done = cli_job("topics", "verify", KUBECTL=str(kubectl), CALLS=str(calls), CREATED=str(created), EXIT_CODE=exit_code)
+    assert done.returncode == int(exit_code), done.stderr
+    assert "8 partitions" in done.stdout
+    (job,) = [d for d in yaml.safe_load_all(created.read_text()) if d]
+    assert container(job)["image"] == "registry.example/fanline/api:0.1.0", "the image the api Deployment runs"
+    assert container(job)["args"] == ["topics", "verify"]
+    assert [line.split()[2] for line in calls.read_text().splitlines()] == ["get", "create", "logs", "get"]
+
+
+@by_overlay
+def test_jobs_are_named_after_the_release_and_the_services_never_migrate(overlay: str) -> None:
+    """A new release's Jobs are new objects (a finished Job's spec cannot
+    change), and the services only wait for the schema the Jobs bring."""
+    suffix = "-" + released_version().replace(".", "-")
+    for app, job in jobs_by_app(overlay).items():
+        assert job["metadata"]["name"] == app + suffix, job["metadata"]["name"]
+    assert config(overlay)["FANLINE_SCHEMA_AT_START"] == "wait"

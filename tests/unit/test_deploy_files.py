@@ -687,6 +687,8 @@ def test_service_table_matches_the_code(svc: Service) -> None:
         ("shared/src/fanline_shared/config.py", False),
         ("services/api/pyproject.toml", False),
         ("services/fanout-worker/src/fanline_fanout/app.py", False),
+        ("tools/fanline-cli/pyproject.toml", False),  # the api image ships the CLI
+        ("tools/capacity_model.py", True),
         (".venv/bin/python", True),
         (".git/HEAD", True),
         (".data/fanline_tweet_store.sqlite3", True),

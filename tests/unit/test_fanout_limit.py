@@ -232,7 +232,7 @@ def test_a_probe_holds_writes_to_a_few_until_it_has_measured_them() -> None:
 def test_without_the_probe_a_noisy_node_holds_the_limit_down() -> None:
     """The default (``probe`` off) keeps the best write of the window as the
     baseline: writes 8x slower than it whatever the limit hold the limit at
-    a handful — the trade the probe would change (docs/operations.md)."""
+    a handful — the trade the probe would change (docs/operations/scale.md)."""
     clock = Clock()
     limit = AdaptiveLimit(LimitPolicy(initial=2), busy=lambda: False, clock=clock)
     drive(limit, clock, 0.001, 3)

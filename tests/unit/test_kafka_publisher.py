@@ -17,6 +17,7 @@ import asyncio
 import socket
 import uuid
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -74,8 +75,21 @@ class FakeAccumulator:
                 f.set_exception(exc)
 
 
+class FakeCluster:
+    """The part of aiokafka's ClusterMetadata the broker gauges read."""
+
+    def __init__(self, brokers: list[int], partitions: dict[str, dict[int, Any]]) -> None:
+        self._brokers = brokers
+        self._partitions = partitions
+
+    def brokers(self) -> list[SimpleNamespace]:
+        return [SimpleNamespace(nodeId=b) for b in self._brokers]
+
+
 class FakeProducer:
     """An AIOKafkaProducer whose broker never answers a send (or raises ``send_error``)."""
+
+    cluster = FakeCluster([], {})
 
     made: list[FakeProducer] = []
     send_error: BaseException | None = None
@@ -85,6 +99,7 @@ class FakeProducer:
         self.pending: list[asyncio.Future[Any]] = []
         self.stopped = False
         self._message_accumulator = FakeAccumulator(self)
+        self.client = SimpleNamespace(cluster=FakeProducer.cluster)
         FakeProducer.made.append(self)
 
     async def start(self) -> None:
@@ -112,6 +127,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeProducer]:
     FakeProducer.made = []
     FakeProducer.send_error = None
     FakeProducer.answers = False
+    FakeProducer.cluster = FakeCluster([], {})
     monkeypatch.setattr(kafka, "AIOKafkaProducer", FakeProducer)
     return FakeProducer
 
@@ -138,7 +154,7 @@ async def test_an_event_delivered_lately_is_not_sent_again(fake: type[FakeProduc
     (its outbox row not yet cleared): done at once, no second copy."""
     fake.answers = True
     publisher = kafka.EventPublisher(settings(timeout_s=1.0), BOUNDS)
-    publisher._observe_cluster = lambda producer: None  # type: ignore[method-assign]  # (no cluster here)
+    publisher._observe_cluster = lambda producer, force=False: None  # type: ignore[method-assign]  # (no cluster here)
     waiting = [event() for _ in range(3)]
     assert await publisher.publish(waiting[0]) is True
     assert await publisher.publish_many(waiting) == waiting
@@ -161,4 +177,54 @@ async def test_an_unusable_producer_is_replaced_and_stopped(fake: type[FakeProdu
     fake.send_error = None
     assert await publisher.publish(event()) is False  # times out, on a new producer
     assert len(fake.made) == 2
+    await publisher.close()
+
+
+def partition(leader: int, replicas: list[int], isr: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(leader=leader, replicas=replicas, isr=isr)
+
+
+def test_partition_health_counts_short_isrs_against_min_insync_replicas() -> None:
+    """RF 3, min ISR 2: one broker gone leaves partitions under-replicated but
+    writable; two gone (or no leader) leaves them under min ISR."""
+    assert kafka.min_insync_replicas(3) == 2 and kafka.min_insync_replicas(1) == 1
+    health = kafka.partition_health(
+        [
+            partition(1, [1, 2, 3], [1, 2, 3]),
+            partition(2, [1, 2, 3], [2, 3]),
+            partition(3, [1, 2, 3], [3]),
+            partition(-1, [1, 2, 3], []),
+        ],
+        [1, 2, 3],
+        min_isr=2,
+    )
+    assert health == kafka.PartitionHealth({1: 1, 2: 1, 3: 1}, under_replicated=3, under_min_isr=2)
+
+
+def gauge(name: str, labels: dict[str, str] | None = None) -> float | None:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels or {})
+
+
+async def test_a_failed_send_exports_what_the_producer_knew_of_the_brokers(fake: type[FakeProducer]) -> None:
+    """Below min.insync.replicas every acks=all send fails, so the gauges must
+    be read on failure too, not only after a success; a broker that left
+    leads 0 partitions instead of keeping its last count."""
+    fake.cluster = FakeCluster([1, 2, 3], {"events": {0: partition(1, [1, 2, 3], [1, 2, 3])}})
+    publisher = kafka.EventPublisher(replace(settings(timeout_s=1.0), replication_factor=3), BOUNDS)
+    fake.answers = True
+    assert await publisher.publish(event()) is True
+    assert gauge("fanline_kafka_partition_leaders", {"broker": "1"}) == 1
+    assert gauge("fanline_kafka_partitions_under_min_isr") == 0
+    fake.answers = False
+    fake.cluster._brokers = [3]
+    fake.cluster._partitions = {"events": {0: partition(3, [1, 2, 3], [3])}}
+    publisher._settings = replace(publisher._settings, request_timeout_s=0.01)
+    assert await publisher.publish(event()) is False
+    assert gauge("fanline_kafka_brokers_live") == 1
+    assert gauge("fanline_kafka_partitions_under_replicated") == 1
+    assert gauge("fanline_kafka_partitions_under_min_isr") == 1
+    assert gauge("fanline_kafka_partition_leaders", {"broker": "1"}) == 0
+    assert gauge("fanline_kafka_partition_leaders", {"broker": "3"}) == 1
     await publisher.close()

@@ -48,7 +48,7 @@ class FakeTweets:
         return self.tweets[tweet_id]
 
     async def timeline(
-        self, kind: str, owner: str | None, limit: int, before: str | None, since: str | None = None
+        self, kind: str, owner: str | None, limit: int, before: str | None, since: str | None = None, sids: Any = None
     ) -> dict[str, Any]:
         self.calls.append((kind, owner, limit, before, since))
         return self.pages.pop(0)

@@ -16,7 +16,7 @@ from fanline_shared.errors import Unavailable
 
 
 def fake_session() -> Any:
-    metadata = SimpleNamespace(all_hosts=lambda: [SimpleNamespace(datacenter="dc1")])
+    metadata = SimpleNamespace(all_hosts=lambda: [SimpleNamespace(datacenter="dc1")], keyspaces={})
     control = SimpleNamespace(wait_for_schema_agreement=lambda: True)
     return SimpleNamespace(cluster=SimpleNamespace(metadata=metadata, control_connection=control))
 
@@ -33,7 +33,11 @@ async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPa
         ran.append(statement)
         return []
 
+    async def lease(session: Any, statement: str, params: Any = None, *, name: str) -> tuple[bool, Any]:
+        return True, None  # the migration lease: free
+
     monkeypatch.setattr(migrations, "execute", execute)
+    monkeypatch.setattr(migrations, "execute_lwt", lease)
     await migrations.migrate(fake_session(), "ks", 3, ["CREATE TABLE IF NOT EXISTS {keyspace}.t (k int PRIMARY KEY)"])
     assert "CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)" in ran
     assert any(s.startswith("INSERT INTO ks.schema_migrations") for s in ran)
@@ -51,6 +55,6 @@ async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.Monkey
         raise Unavailable("cassandra: migrate failed: OperationTimedOut")
 
     monkeypatch.setattr(migrations, "execute", execute)
-    with pytest.raises(Unavailable):
-        await migrations.migrate(fake_session(), "ks", 3, [])
+    with pytest.raises(Unavailable):  # (one migration: with none to apply nothing runs at all)
+        await migrations.migrate(fake_session(), "ks", 3, ["CREATE TABLE IF NOT EXISTS {keyspace}.t (k int PRIMARY KEY)"])
     assert calls == 3

@@ -1,5 +1,5 @@
-"""tests/run_suite.py: which arguments keep `make test` staged, and the
-fault table of both stages merged under one header."""
+"""tests/run_suite.py: which arguments keep `make test` staged, the order of
+its sessions, and the fault tables of the soak and the fault phase merged."""
 
 from __future__ import annotations
 
@@ -41,36 +41,85 @@ def test_the_soaks_rows_join_stage_twos_table(tmp_path: Path, monkeypatch: pytes
     assert main.read_text() == header + "| soak | 7 |\n"
 
 
-def test_no_stage_beside_the_soak_may_stop_the_engines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stage 1 and the soak run at once; whichever session ends first must
-    leave the engines to the other (FANLINE_KEEP_INFRA), and the suite stops
-    them once, after stage 2."""
-    envs: dict[str, dict[str, str] | None] = {}
-    calls: list[str] = []
+class FakePopen:
+    """Records each session's marker, environment, and when it started and
+    was waited for, on a shared timeline."""
 
-    class FakeSoak:
-        def __init__(self, argv: list[str], **kw: object) -> None:
-            envs["soak"] = kw.get("env")  # type: ignore[assignment]
+    timeline: list[str] = []
+    envs: dict[str, dict[str, str]] = {}
 
-        def wait(self) -> int:
-            return 0
+    def __init__(self, argv: list[str], **kw: object) -> None:
+        self.marker = argv[4]  # python -m pytest -m MARKER ...
+        self.returncode: int | None = None
+        FakePopen.envs[self.marker] = kw["env"]  # type: ignore[assignment]
+        FakePopen.timeline.append(f"start {self.marker}")
 
-    def call(argv: list[str], **kw: object) -> int:
-        marker = argv[4] if argv[3:4] == ["-m"] else ""  # python -m pytest -m MARKER ...
-        envs[marker] = kw.get("env")  # type: ignore[assignment]
-        calls.append(marker)
+    def wait(self) -> int:
+        if self.returncode is None:
+            FakePopen.timeline.append(f"end {self.marker}")
+            self.returncode = 0
         return 0
 
-    monkeypatch.setattr(run_suite, "BUILD", tmp_path)
-    monkeypatch.setattr(run_suite, "REPO", tmp_path)
-    monkeypatch.setattr(run_suite, "SOAK_LOG", tmp_path / "soak.log")
-    monkeypatch.setattr(run_suite, "FAULT_TABLE", tmp_path / "f.md")
-    monkeypatch.setattr(run_suite, "SOAK_TABLE", tmp_path / "s.md")
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+@pytest.fixture
+def fake_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> type[FakePopen]:
+    FakePopen.timeline, FakePopen.envs = [], {}
+    for name in ("BUILD", "REPO"):
+        monkeypatch.setattr(run_suite, name, tmp_path)
+    for name, file in (("SOAK_LOG", "soak.log"), ("CLUSTER_LOG", "c.log"), ("FAULT_TABLE", "f.md"), ("SOAK_TABLE", "s.md")):
+        monkeypatch.setattr(run_suite, name, tmp_path / file)
     monkeypatch.setattr(run_suite, "engines_running", lambda: False)
-    monkeypatch.setattr(run_suite, "stop_engines", lambda: calls.append("stop"))
-    monkeypatch.setattr(run_suite.subprocess, "Popen", FakeSoak)
-    monkeypatch.setattr(run_suite.subprocess, "call", call)
-    assert run_suite.main([]) == 0
-    assert calls == [run_suite.NO_ENGINE, run_suite.ENGINES, "stop", run_suite.CLUSTER]
-    assert (envs["soak"] or {}).get("FANLINE_KEEP_INFRA") == "1"
-    assert (envs[run_suite.NO_ENGINE] or {}).get("FANLINE_KEEP_INFRA") == "1"
+    monkeypatch.setattr(run_suite, "fetch_engines", lambda cluster: None)
+    monkeypatch.setattr(run_suite, "stop_engines", lambda: FakePopen.timeline.append("stop"))
+    monkeypatch.setattr(run_suite.subprocess, "Popen", FakePopen)
+    return FakePopen
+
+
+def test_the_fault_tests_run_alone_after_everything_else(fake_suite: type[FakePopen]) -> None:
+    """The cluster and the soak start beside the engine-free tests; the
+    single-node tests that break nothing follow the soak; the fault tests
+    start only once every other session has ended; the engines stop once,
+    at the end."""
+    r = run_suite
+    assert r.main([]) == 0
+    t = fake_suite.timeline
+    assert t[:3] == [f"start {r.SOAK}", f"start {r.CLUSTER}", f"start {r.NO_ENGINE}"]
+    assert t.index(f"start {r.ENGINES}") > max(t.index(f"end {r.SOAK}"), t.index(f"end {r.NO_ENGINE}"))
+    assert t.index(f"start {r.FAULTS}") > max(t.index(f"end {m}") for m in (r.SOAK, r.NO_ENGINE, r.ENGINES, r.CLUSTER))
+    assert t[-2:] == [f"end {r.FAULTS}", "stop"]
+
+
+def test_no_session_may_stop_the_shared_engines(fake_suite: type[FakePopen]) -> None:
+    """Sessions on the single-node engines run at once or one after the
+    other; none may stop the engines at its end (FANLINE_KEEP_INFRA), the
+    suite stops them once."""
+    run_suite.main([])
+    for marker in (run_suite.SOAK, run_suite.NO_ENGINE, run_suite.ENGINES, run_suite.FAULTS):
+        assert fake_suite.envs[marker].get("FANLINE_KEEP_INFRA") == "1", marker
+    assert fake_suite.timeline.count("stop") == 1
+
+
+def test_serial_runs_the_cluster_last_once_the_engines_are_stopped(
+    fake_suite: type[FakePopen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FANLINE_SUITE_SERIAL", "1")
+    run_suite.main([])
+    t = fake_suite.timeline
+    assert t[-3:] == ["stop", f"start {run_suite.CLUSTER}", f"end {run_suite.CLUSTER}"]
+
+
+def test_the_selections_cover_every_test_once() -> None:
+    """Each combination of the markers that decide the split lands in exactly one session."""
+    import itertools
+
+    r = run_suite
+    sessions = (r.NO_ENGINE, r.SOAK, r.ENGINES, r.FAULTS, r.CLUSTER)
+    for real, fault, soak, cluster in itertools.product((False, True), repeat=4):
+        if soak and (cluster or not (real and fault)):
+            continue  # the soak is always a single-node real-engine fault test
+        names = {"real_infra": real, "fault": fault, "soak": soak, "cluster": cluster}
+        hits = [m for m in sessions if eval(m, {}, names)]  # our own marker expressions
+        assert len(hits) == 1, (names, hits)

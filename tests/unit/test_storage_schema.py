@@ -36,6 +36,7 @@ SHIPPED = {
             sg_sqlite.ACTIVITY_MIGRATION,
             sqlite_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             sqlite_outbox.OUTBOX_LEASE_MIGRATION,
+            sg_sqlite.MASTODON_MIGRATION,
         ],
     ),
     "tweet-store/sqlite": (
@@ -49,6 +50,7 @@ SHIPPED = {
             ts_sqlite.HYBRID_MIGRATION,
             sqlite_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             sqlite_outbox.OUTBOX_LEASE_MIGRATION,
+            ts_sqlite.ID_SLOTS_MIGRATION,
         ],
     ),
     "social-graph/cassandra": (
@@ -61,6 +63,7 @@ SHIPPED = {
             cassandra_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             cassandra_outbox.OUTBOX_KEEP_MIGRATION,
             cassandra_outbox.OUTBOX_LEASE_MIGRATION,
+            sg_cassandra.MASTODON_MIGRATION,
         ],
     ),
     "tweet-store/cassandra": (
@@ -74,6 +77,7 @@ SHIPPED = {
             cassandra_outbox.OUTBOX_REQUEST_ID_MIGRATION,
             cassandra_outbox.OUTBOX_KEEP_MIGRATION,
             cassandra_outbox.OUTBOX_LEASE_MIGRATION,
+            ts_cassandra.ID_SLOTS_MIGRATION,
         ],
     ),
 }

@@ -201,6 +201,14 @@ class StorageSettings:
     protocol_version: int = 4
     # Client encryption and PasswordAuthenticator credentials (engine_security).
     security: CassandraSecurity = field(default_factory=CassandraSecurity)
+    # What a service does with its Cassandra schema at start: "migrate" it
+    # (development, tests, make run: one command does everything), or "wait"
+    # until the migrate job has brought it to the version the code needs and
+    # run no DDL itself (production: never two migrators, never a service
+    # racing the job; docs/operations/upgrade.md). `<service> migrate` and
+    # `fanline migrate` always migrate. SQLite always migrates (one process).
+    schema_at_start: Literal["migrate", "wait"] = "migrate"
+    schema_wait_s: float = 600.0
 
     @classmethod
     def from_env(cls, env: Env) -> StorageSettings:
@@ -217,6 +225,8 @@ class StorageSettings:
             request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0, positive=True),
             protocol_version=int(env.choice("FANLINE_CASSANDRA_PROTOCOL", "4", ("4", "5"))),
             security=CassandraSecurity.from_env(env) if backend == "cassandra" else CassandraSecurity(),
+            schema_at_start=env.choice("FANLINE_SCHEMA_AT_START", "migrate", ("migrate", "wait")),  # type: ignore[arg-type]
+            schema_wait_s=env.number("FANLINE_SCHEMA_WAIT_S", 600.0, positive=True),
         )
 
     def keyspace(self, owner: str) -> str:

@@ -155,16 +155,29 @@ def parse_tweet_id(raw: str) -> uuid.UUID | None:
 
 @dataclass(frozen=True, slots=True)
 class User:
-    """A user as stored by social-graph (display-case username)."""
+    """A user as stored by social-graph (display-case username).
+
+    ``account_id``: the numeric id of the Mastodon-compatible API
+    (``created_at_ms << 16 | hash16(name)``, social-graph's accounts.py);
+    0 until one is assigned. ``email``: optional, unique, for log-in."""
 
     username: str
     created_at: datetime
+    account_id: int = 0
+    email: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Session:
+    """A bearer token's grant: whose it is (``username``; "" for an app's own
+    token, ``kind`` "app"), its OAuth scopes, and the app it was issued to
+    (None for a ``/v1/sessions`` token). ``expires_at`` None: until revoked."""
+
     username: str
-    expires_at: datetime
+    expires_at: datetime | None
+    scopes: str = "read write follow push"
+    client_id: str | None = None
+    kind: str = "user"
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,11 @@ class Tls:
     check_hostname: bool = True
 
     @classmethod
-    def from_env(cls, env: config.Env, prefix: str) -> Tls:
+    def from_env(cls, env: config.Env, engine: str) -> Tls:
+        """``FANLINE_<engine>_TLS_CA``, ``_CERT``, ``_KEY``, ``_KEY_PASSWORD``
+        and ``_CHECK_HOSTNAME`` (``engine``: ``KAFKA`` or ``CASSANDRA``)."""
+        prefix = f"FANLINE_{engine}_TLS"
+
         def path(name: str) -> Path | None:
             raw = env.string(f"{prefix}_{name}", "")
             if not raw:
@@ -104,7 +108,7 @@ class KafkaSecurity:
             return cls()
         security = cls(
             protocol=protocol,
-            tls=Tls.from_env(env, "FANLINE_KAFKA_TLS"),
+            tls=Tls.from_env(env, "KAFKA"),
             sasl_mechanism=env.choice("FANLINE_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512", SASL_MECHANISMS),
             username=env.string("FANLINE_KAFKA_USERNAME", "") or None,
             password=env.secret("FANLINE_KAFKA_PASSWORD"),
@@ -157,7 +161,7 @@ class CassandraSecurity:
     @classmethod
     def from_env(cls, env: config.Env) -> CassandraSecurity:
         security = cls(
-            tls=Tls.from_env(env, "FANLINE_CASSANDRA_TLS") if env.boolean("FANLINE_CASSANDRA_TLS", False) else None,
+            tls=Tls.from_env(env, "CASSANDRA") if env.boolean("FANLINE_CASSANDRA_TLS", False) else None,
             username=env.string("FANLINE_CASSANDRA_USERNAME", "") or None,
             password=env.secret("FANLINE_CASSANDRA_PASSWORD"),
         )

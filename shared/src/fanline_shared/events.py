@@ -20,12 +20,21 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from .domain import OutboxEvent, new_timeuuid, to_rfc3339, utcnow
 from .logs import current_request_id
 
 SCHEMA_VERSION = 1
+# What a consumer of this release reads: its own version and the one before,
+# so that during a rolling upgrade a new worker reads what old gateways and
+# services still publish (and what waits in the topics and outboxes). An
+# event of a version not here is dead-lettered, and can be replayed once
+# every worker runs a release that reads it. When SCHEMA_VERSION becomes 2,
+# keep 1 here and upgrade version-1 payloads in ``decode``; one release later
+# drop 1. tests/unit/test_event_versions.py feeds the previous release's real
+# events (tests/unit/data/events-0.1.0) to this worker.
+READABLE_VERSIONS: tuple[int, ...] = tuple(v for v in (SCHEMA_VERSION - 1, SCHEMA_VERSION) if v >= 1)
 
 
 class _Data(BaseModel):
@@ -41,6 +50,9 @@ class TweetCreatedData(_Data):
 class TweetDeletedData(_Data):
     tweet_id: uuid.UUID
     author: str
+    # The tweet's Mastodon-compatible status id (tweet-store's sids.py), for
+    # the gateway's Mastodon streams; absent in events written before it.
+    sid: str | None = None
 
 
 class FollowData(_Data):
@@ -59,9 +71,16 @@ class FanoutChunkData(_Data):
 
 class _Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
-    version: Literal[1]
+    version: int
     event_id: uuid.UUID
     occurred_at: datetime
+
+    @field_validator("version")
+    @classmethod
+    def _readable(cls, version: int) -> int:
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"schema version {version} is not one this release reads {READABLE_VERSIONS}")
+        return version
 
 
 class TweetCreated(_Envelope):
@@ -131,8 +150,11 @@ def tweet_created(tweet_id: uuid.UUID, author: str, created_at: datetime) -> Out
     )
 
 
-def tweet_deleted(tweet_id: uuid.UUID, author: str) -> OutboxEvent:
-    return _envelope("TweetDeleted", author.lower(), {"tweet_id": str(tweet_id), "author": author})
+def tweet_deleted(tweet_id: uuid.UUID, author: str, sid: str | None = None) -> OutboxEvent:
+    data: dict[str, object] = {"tweet_id": str(tweet_id), "author": author}
+    if sid is not None:
+        data["sid"] = sid
+    return _envelope("TweetDeleted", author.lower(), data)
 
 
 def fanout_chunk(tweet_id: uuid.UUID, author: str, created_at: datetime, after: str) -> OutboxEvent:

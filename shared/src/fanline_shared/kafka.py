@@ -16,6 +16,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -37,6 +39,11 @@ from .policies import EVENT_PRODUCER, ProducerBounds
 log = logging.getLogger(__name__)
 
 CLUSTER_GAUGES_EVERY_S = 5.0
+# How old the producer's cluster metadata may get (aiokafka's default is 5
+# minutes): the broker gauges below come from it, so a broker that left or
+# came back shows within this, not five minutes later. One small metadata
+# request per gateway every 30 s.
+METADATA_MAX_AGE_MS = 30_000
 # Ids of events delivered lately that a repeated hand-over is answered from (see EventPublisher._pending).
 DELIVERED_IDS_KEPT = 20_000
 
@@ -109,6 +116,37 @@ def topic_configs(replication_factor: int) -> dict[str, str]:
     return {MIN_INSYNC: str(min_insync_for(replication_factor))}
 
 
+def min_insync_replicas(replication_factor: int) -> int:
+    """The ``min.insync.replicas`` ``topic_configs`` gives a topic of this
+    replication factor (1, the broker default, below 2)."""
+    return int(topic_configs(replication_factor).get("min.insync.replicas", "1"))
+
+
+@dataclass(frozen=True)
+class PartitionHealth:
+    """One topic's partitions as a metadata snapshot has them."""
+
+    led: dict[int, int]  # live broker -> partitions it leads
+    under_replicated: int  # fewer in-sync replicas than replicas, or no leader
+    under_min_isr: int  # fewer in-sync replicas than min.insync.replicas, or no leader: acks=all sends fail
+
+
+def partition_health(partitions: Iterable[Any], live_brokers: Iterable[int], min_isr: int) -> PartitionHealth:
+    """Count leaders and short ISRs of ``partitions`` (aiokafka's
+    ``PartitionMetadata``: ``leader``, ``replicas``, ``isr``)."""
+    led = dict.fromkeys(live_brokers, 0)
+    under = short = 0
+    for meta in partitions:
+        leaderless = meta.leader < 0
+        if meta.leader in led:
+            led[meta.leader] += 1
+        if leaderless or len(meta.isr) < len(meta.replicas):
+            under += 1
+        if leaderless or len(meta.isr) < min_isr:
+            short += 1
+    return PartitionHealth(led, under, short)
+
+
 async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for _ in range(50):  # metadata may lag a fresh create for a moment
@@ -152,6 +190,7 @@ class EventPublisher:
         # Since when sends have failed without a success in between (None: the last one worked).
         self._unacked = 0
         self._gauges_at = 0.0
+        self._brokers_seen: set[int] = set()
         # Outbox events the producer holds, by id, and the ids it delivered
         # lately: the relay hands the same event over again after a timeout
         # (it is still in the outbox), and a kept producer would then deliver
@@ -196,6 +235,7 @@ class EventPublisher:
                 linger_ms=0,
                 request_timeout_ms=int(self._settings.request_timeout_s * 1000),
                 **self._settings.security.client_kwargs(),  # TLS / SASL (engine_security)
+                metadata_max_age_ms=METADATA_MAX_AGE_MS,
             )
             try:
                 await asyncio.wait_for(producer.start(), self._settings.request_timeout_s)
@@ -270,6 +310,9 @@ class EventPublisher:
         here (``Unavailable``: the circuit, the cap) touches nothing."""
         self._failed(exc)
         if self._producer is not None and not isinstance(exc, Unavailable):
+            # What the producer last knew of the brokers: a partition below
+            # min.insync.replicas fails every send, so only a failure shows it.
+            self._observe_cluster(self._producer, force=True)
             log.warning("discarding the Kafka producer after %s", self._cause)
             await self._reset(flush=False)
 
@@ -293,29 +336,28 @@ class EventPublisher:
         self._succeeded(producer, started)
         return True
 
-    def _observe_cluster(self, producer: AIOKafkaProducer) -> None:
+    def _observe_cluster(self, producer: AIOKafkaProducer, force: bool = False) -> None:
         """Export the brokers' health as this producer's metadata has it (at most
-        every ``CLUSTER_GAUGES_EVERY_S``): live brokers, events-topic partitions
-        led per broker, and partitions under-replicated or without a leader.
-        The metadata refreshes on any produce error and every 5 minutes."""
+        every ``CLUSTER_GAUGES_EVERY_S`` unless ``force``): live brokers,
+        events-topic partitions led per broker (0 for a broker seen before and
+        gone now), partitions under-replicated or without a leader, and
+        partitions with fewer in-sync replicas than the ``min.insync.replicas``
+        Fanline creates its topics with (``topic_configs``). The metadata
+        refreshes on any produce error and every ``METADATA_MAX_AGE_MS``."""
         now = time.monotonic()
-        if now < self._gauges_at:
+        if now < self._gauges_at and not force:
             return
         self._gauges_at = now + CLUSTER_GAUGES_EVERY_S
         cluster = producer.client.cluster
         brokers = {b.nodeId for b in cluster.brokers()}
-        metrics.KAFKA_BROKERS_LIVE.set(len(brokers))
         partitions: dict[int, Any] = getattr(cluster, "_partitions", {}).get(self._settings.events_topic, {})
-        led = dict.fromkeys(brokers, 0)
-        under = 0
-        for meta in partitions.values():
-            if meta.leader in led:
-                led[meta.leader] += 1
-            if meta.leader < 0 or len(meta.isr) < len(meta.replicas):
-                under += 1
-        for broker, count in led.items():
-            metrics.KAFKA_PARTITION_LEADERS.labels(str(broker)).set(count)
-        metrics.KAFKA_UNDER_REPLICATED.set(under)
+        health = partition_health(partitions.values(), brokers, min_insync_replicas(self._settings.replication_factor))
+        metrics.KAFKA_BROKERS_LIVE.set(len(brokers))
+        self._brokers_seen |= brokers
+        for broker in self._brokers_seen:
+            metrics.KAFKA_PARTITION_LEADERS.labels(str(broker)).set(health.led.get(broker, 0))
+        metrics.KAFKA_UNDER_REPLICATED.set(health.under_replicated)
+        metrics.KAFKA_UNDER_MIN_ISR.set(health.under_min_isr)
 
     async def publish_many(self, events: list[OutboxEvent]) -> list[OutboxEvent]:
         """Send a batch; return the events the broker acknowledged within

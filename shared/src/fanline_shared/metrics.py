@@ -9,7 +9,7 @@ and histograms are summed, and each gauge says how its per-process values
 combine (``multiprocess_mode``). prometheus_client's ``Info`` does not work in
 multiprocess mode, so build info is a gauge with the conventional ``_info``
 name and the value 1. tests/unit/test_metrics_multiprocess.py proves the
-aggregation with real processes; docs/operations.md lists what each metric
+aggregation with real processes; docs/operations/monitor.md lists what each metric
 feeds (dashboard panels and alerts).
 """
 
@@ -169,7 +169,7 @@ KAFKA_PRODUCER_UNACKED = Gauge(
     "Events the gateway's producer holds unacknowledged (bounded by policies.EVENT_PRODUCER.max_unacked)",
     multiprocess_mode="livesum",
 )
-# --- cluster nodes, as the clients see them (docs/operations.md, "Cluster nodes") ----
+# --- cluster nodes, as the clients see them (docs/operations/monitor.md, "Cluster nodes") ----
 # No Cassandra or Kafka exporter is needed for these: the driver's and the
 # producer's own view of the nodes, refreshed by their metadata.
 CASSANDRA_NODE_UP = Gauge(
@@ -192,6 +192,12 @@ KAFKA_PARTITION_LEADERS = Gauge(
 KAFKA_UNDER_REPLICATED = Gauge(
     "fanline_kafka_partitions_under_replicated",
     "Events-topic partitions with fewer in-sync replicas than replicas, or no leader (producer metadata)",
+    multiprocess_mode="livemax",
+)
+KAFKA_UNDER_MIN_ISR = Gauge(
+    "fanline_kafka_partitions_under_min_isr",
+    "Events-topic partitions with fewer in-sync replicas than min.insync.replicas, or no leader: "
+    "acks=all sends to them fail (producer metadata)",
     multiprocess_mode="livemax",
 )
 TWEET_CACHE_LOOKUPS = Counter(

@@ -172,7 +172,7 @@ GATEWAY_ADMISSION = AdmissionPolicy(
     max_in_flight=48,
     queue_deadline_s=0.02,
     max_queue=96,
-    exempt_prefixes=("/v1/streaming/", "/static/", "/openapi.json"),
+    exempt_prefixes=("/v1/streaming/", "/api/v1/streaming", "/static/", "/openapi.json", "/avatars/", "/headers/"),
     # The edge adapts: its requests' time is every
     # service's time, so it sheds for all of them.
     latency_tolerance=2.0,

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from fanline_shared import metrics
+from fanline_shared import scopes as scope_rules
 from fanline_shared.admission import AdmissionMiddleware
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.clients.tweet_store import TweetStoreClient
@@ -29,15 +30,19 @@ from fanline_shared.outbox import OutboxRelay
 from fanline_shared.policies import STARTUP_CONNECT, retry
 
 from . import __version__, stream_routes, webui
+from .accounts import AccountCache
 from .config import Settings
 from .cursors import CursorCodec
 from .deadline import bounded
 from .edge import StripInternalHeaders
 from .gateway import Gateway
+from .mastodon.cors import ApiCorsMiddleware
+from .mastodon.routes import routes as mastodon_routes
 from .openapi import openapi_document
 from .ratelimit import ADDRESS_STATE, Limiter, LoginGuard, RateLimitMiddleware
 from .stream_events import EventTap
 from .stream_hub import Hub
+from .v1 import v1_page, v1_tweet, v1_user
 
 SERVICE = "api"
 # The services this composition root constructs peer clients for: its call
@@ -81,19 +86,19 @@ def limit_param(request: Request) -> int:
 
 
 async def create_user(request: Request) -> Response:
-    return json_response(await gw(request).sign_up(await read_json_object(request)), 201)
+    return json_response(v1_user(await gw(request).sign_up(await read_json_object(request))), 201)
 
 
 async def get_user(request: Request) -> Response:
-    return json_response(await gw(request).user(request.path_params["username"]))
+    return json_response(v1_user(await gw(request).user(request.path_params["username"])))
 
 
 async def list_users(request: Request) -> Response:
     limit = limit_param(request)  # checked even where unused: 1-100 or 422
     prefix, usernames = query(request, "prefix"), query(request, "usernames")
     if prefix is not None:
-        return json_response({"items": await gw(request).search(prefix, limit)})
-    return json_response({"items": await gw(request).users(usernames)})
+        return json_response({"items": [v1_user(u) for u in await gw(request).search(prefix, limit)]})
+    return json_response({"items": [v1_user(u) for u in await gw(request).users(usernames)]})
 
 
 def client_address(request: Request) -> str:
@@ -102,7 +107,8 @@ def client_address(request: Request) -> str:
 
 
 async def create_session(request: Request) -> Response:
-    return json_response(await gw(request).login(await read_json_object(request), client_address(request)))
+    session = await gw(request).login(await read_json_object(request), client_address(request))
+    return json_response({k: session[k] for k in ("token", "username", "expires_at")})
 
 
 async def delete_session(request: Request) -> Response:
@@ -125,7 +131,7 @@ def edges(direction: str):  # type: ignore[no-untyped-def]
 def change_follow(follow: bool):  # type: ignore[no-untyped-def]
     async def handler(request: Request) -> Response:
         g = gw(request)
-        actor = await g.authenticate(request.headers.get("authorization"))
+        actor = await g.authenticate(request.headers.get("authorization"), scope_rules.WRITE_FOLLOWS)
         p = request.path_params
         await g.follow(actor, p["username"], p["target"], follow=follow)
         return Response(status_code=204)
@@ -138,19 +144,19 @@ def change_follow(follow: bool):  # type: ignore[no-untyped-def]
 
 async def post_tweet(request: Request) -> Response:
     g = gw(request)
-    actor = await g.authenticate(request.headers.get("authorization"))
+    actor = await g.authenticate(request.headers.get("authorization"), scope_rules.WRITE_STATUSES)
     body = await read_json_object(request)
     tweet, created = await g.post(actor, body, request.headers.get("idempotency-key"))
-    return json_response(tweet, 201 if created else 200, {"Location": f"/v1/tweets/{tweet['id']}"})
+    return json_response(v1_tweet(tweet), 201 if created else 200, {"Location": f"/v1/tweets/{tweet['id']}"})
 
 
 async def get_tweet(request: Request) -> Response:
-    return json_response(await gw(request).tweet(request.path_params["tweet_id"]))
+    return json_response(v1_tweet(await gw(request).tweet(request.path_params["tweet_id"])))
 
 
 async def delete_tweet(request: Request) -> Response:
     g = gw(request)
-    actor = await g.authenticate(request.headers.get("authorization"))
+    actor = await g.authenticate(request.headers.get("authorization"), scope_rules.WRITE_STATUSES)
     await g.delete(actor, request.path_params["tweet_id"])
     return Response(status_code=204)
 
@@ -166,9 +172,9 @@ def timeline(kind: str):  # type: ignore[no-untyped-def]
             page, regenerating = await g.home_timeline(request.headers.get("authorization"), limit, cursor, since_id)
             if regenerating:
                 # api.md: 206 with the body shape of 200 while it runs.
-                return json_response(page, 206, {"Retry-After": str(REGENERATION_RETRY_AFTER_S)})
-            return json_response(page)
-        return json_response(await g.timeline(kind, owner, limit, cursor, since_id))
+                return json_response(v1_page(page), 206, {"Retry-After": str(REGENERATION_RETRY_AFTER_S)})
+            return json_response(v1_page(page))
+        return json_response(v1_page(await g.timeline(kind, owner, limit, cursor, since_id)))
 
     return handler
 
@@ -199,7 +205,16 @@ def create_app(settings: Settings) -> Starlette:
             # One relay per outbox across the replicas (the rest stand by).
             lease_ttl_s=settings.relay_lease_s,
         )
-        app.state.gateway = Gateway(social, tweets, publisher, relay, CursorCodec(settings.cursor_secret), logins)
+        app.state.gateway = Gateway(
+            social,
+            tweets,
+            publisher,
+            relay,
+            CursorCodec(settings.cursor_secret),
+            logins,
+            accounts=AccountCache(social, tweets, ttl_s=settings.account_cache_s),
+            registrations=settings.registrations,
+        )
         # Live streams (stream_hub.py, stream_events.py): every replica taps the whole events topic.
         hub = Hub(settings.live, social, tweets) if settings.live.enabled else None
         tap = EventTap(settings.kafka, hub) if hub is not None else None
@@ -272,14 +287,19 @@ def create_app(settings: Settings) -> Starlette:
         route(SERVICE, "/v1/timeline", bounded(timeline("home"), deadline), ["GET"]),
         route(SERVICE, "/v1/public", bounded(timeline("public"), deadline), ["GET"]),
         *stream_routes.routes(SERVICE),
+        # The Mastodon-compatible client API (mastodon/, docs/mastodon.md).
+        *mastodon_routes(SERVICE, deadline, password_deadline),
         Route("/openapi.json", openapi, methods=["GET"]),
         *ops_routes(SERVICE, {"social-graph": check_social, "tweet-store": check_tweets, "kafka": check_kafka}, public=True),
     ]
     # --- web pages (webui/): server-rendered HTML on the same Gateway, plus /static ---
     routes += webui.routes(settings)
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app.state.public_url = settings.public_url
     # Always installed: with limits off it still records the client address.
     app.add_middleware(RateLimitMiddleware, limiter=limiter, session_cookie=webui.SESSION_COOKIE)
+    # Browser-based Mastodon clients call the API paths from other origins.
+    app.add_middleware(ApiCorsMiddleware)
     # Outermost (added last): past capacity a request is refused before any
     # work, the rate limiter's token lookup included.
     app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)

@@ -69,6 +69,18 @@ class LiveSettings:
         )
 
 
+def public_url(env: Env) -> str | None:
+    """FANLINE_PUBLIC_URL: the URL clients reach this server at (behind a
+    proxy, say), used in the Mastodon-compatible API's links, account and
+    status URLs; unset, each request's own scheme and host."""
+    value = env.string("FANLINE_PUBLIC_URL", "").rstrip("/")
+    if not value:
+        return None
+    if not value.startswith(("http://", "https://")) or " " in value:
+        raise ConfigError(f"FANLINE_PUBLIC_URL must be an http(s) URL, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     http: HttpSettings
@@ -84,6 +96,9 @@ class Settings:
     # /readyz fails while Kafka is down (FANLINE_READY_REQUIRES_KAFKA); by
     # default it only reports Kafka as degraded: posts wait in the outbox.
     ready_requires_kafka: bool = False
+    public_url: str | None = None
+    registrations: bool = True  # FANLINE_REGISTRATIONS: may anyone sign up?
+    account_cache_s: float = 5.0  # how old the counts shown in a status's account may be
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
@@ -110,5 +125,8 @@ class Settings:
             ),
             live=LiveSettings.from_env(env),
             ready_requires_kafka=env.boolean("FANLINE_READY_REQUIRES_KAFKA", False),
+            public_url=public_url(env),
+            registrations=env.boolean("FANLINE_REGISTRATIONS", True),
+            account_cache_s=env.number("FANLINE_ACCOUNT_CACHE_S", 5.0),
             admission=admission_policy(env, GATEWAY_ADMISSION),
         )

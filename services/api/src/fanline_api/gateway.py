@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from fanline_shared import metrics
+from fanline_shared import scopes as scope_rules
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import (
@@ -29,7 +30,10 @@ from fanline_shared.logs import get_logger
 from fanline_shared.outbox import OutboxRelay
 from fanline_shared.outbox.wire import event_from_json
 
+from .accounts import AccountCache
 from .cursors import CursorCodec, decode_timeline, encode_timeline, validate_since_id
+from .gateway_accounts import AccountCases
+from .principal import NotAUser, Principal
 from .ratelimit import LoginGuard
 
 log = get_logger(__name__)
@@ -51,7 +55,7 @@ def validate_idempotency_key(value: str | None) -> str | None:
     return value
 
 
-class Gateway:
+class Gateway(AccountCases):
     def __init__(
         self,
         social: SocialGraphClient,
@@ -60,8 +64,15 @@ class Gateway:
         relay: OutboxRelay,
         cursors: CursorCodec,
         logins: LoginGuard | None = None,
+        *,
+        accounts: AccountCache | None = None,
+        registrations: bool = True,
     ) -> None:
         self.logins = logins
+        # Accounts as the Mastodon-compatible API renders them (accounts.py).
+        self.accounts = accounts or AccountCache(social, tweets)
+        # Whether anyone may sign up (/v1/users, the web page, /api/v1/accounts).
+        self.registrations = registrations
         self.social = social
         self.tweets = tweets
         self.publisher = publisher
@@ -106,6 +117,8 @@ class Gateway:
     # --- users and sessions --------------------------------------------------------
 
     async def sign_up(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.registrations:
+            raise Forbidden("registrations are closed on this server", code="registrations_closed")
         validate_username(body.get("username"))
         validate_password(body.get("password"))
         profile = await self.social.create_user(body["username"], body["password"])
@@ -150,15 +163,30 @@ class Gateway:
                 await self.logins.failed(username, address)
             raise
 
-    async def authenticate(self, authorization: str | None) -> str:
-        """The token's username, or ``Unauthorized``."""
-        token = self.bearer(authorization)
-        return await self.social.authenticate(token)
+    async def authenticate(self, authorization: str | None, need: tuple[str, ...] | None = None) -> str:
+        """The token's username, or ``Unauthorized`` (also for an app's own
+        token: it names no user); with ``need``, ``InsufficientScope`` (403)
+        unless the token's scopes admit one of them."""
+        return (await self.signed_in(authorization, need)).username
+
+    async def principal(self, authorization: str | None) -> Principal:
+        """Whose the token is (a user, or an app), with its scopes; or ``Unauthorized``."""
+        return Principal.from_grant(await self.social.grant(self.bearer(authorization)))
+
+    async def signed_in(self, authorization: str | None, need: tuple[str, ...] | None = None) -> Principal:
+        """A user's token (``Unauthorized`` for an app token, ``NotAUser`` on
+        the Mastodon API) admitted by ``need`` (``InsufficientScope``)."""
+        who = await self.principal(authorization)
+        if who.kind != "user":
+            raise NotAUser("this needs a user's token, not an app's", code="unauthorized")
+        who.require(need)
+        return who
 
     async def session(self, authorization: str | None) -> tuple[str, str | None]:
         """The token's username and, if they came back after being inactive,
         when (see ``regenerating``); or ``Unauthorized``."""
-        return await self.social.session(self.bearer(authorization))
+        who = await self.signed_in(authorization)
+        return who.username, who.returned_at
 
     @staticmethod
     def bearer(authorization: str | None) -> str:
@@ -221,10 +249,18 @@ class Gateway:
     # --- timelines ---------------------------------------------------------------------
 
     async def timeline(
-        self, kind: str, owner: str | None, limit: int, cursor: str | None, since_id: str | None = None
+        self,
+        kind: str,
+        owner: str | None,
+        limit: int,
+        cursor: str | None,
+        since_id: str | None = None,
+        *,
+        sids: dict[str, int] | None = None,
     ) -> dict[str, Any]:
         """One page, newest first; ``since_id`` (validated, or carried by the
-        cursor) keeps only ids strictly newer, on this page and the next ones."""
+        cursor) keeps only ids strictly newer, on this page and the next ones.
+        ``sids``: Mastodon's bounds (max_sid, since_sid, min_sid) instead."""
         cursor_kind = f"tl:{kind}"
         since = validate_since_id(since_id)
         before, carried = decode_timeline(self.cursors, cursor_kind, cursor)
@@ -234,17 +270,31 @@ class Gateway:
             if not is_valid_username(owner):
                 raise _user_not_found(owner)
             # The user must exist (404), checked alongside the slice.
-            _, page = await asyncio.gather(self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before, since))
+            _, page = await asyncio.gather(
+                self.social.get_user(owner), self.tweets.timeline(kind, owner, limit, before, since, sids=sids)
+            )
         else:
-            page = await self.tweets.timeline(kind, owner, limit, before, since)
+            page = await self.tweets.timeline(kind, owner, limit, before, since, sids=sids)
         return self._page(cursor_kind, page, since)
 
     def _page(self, cursor_kind: str, page: dict[str, Any], since: str | None) -> dict[str, Any]:
         nxt = page.get("next")
-        return {"items": page["items"], "next_cursor": encode_timeline(self.cursors, cursor_kind, nxt, since) if nxt else None}
+        return {
+            "items": page["items"],
+            "next_cursor": encode_timeline(self.cursors, cursor_kind, nxt, since) if nxt else None,
+            # The status id of the slice's last (oldest) id: Mastodon's next max_id
+            # when every tweet of the page was deleted.
+            "next_sid": page.get("next_sid"),
+        }
 
     async def home_timeline(
-        self, authorization: str | None, limit: int, cursor: str | None, since_id: str | None = None
+        self,
+        authorization: str | None,
+        limit: int,
+        cursor: str | None,
+        since_id: str | None = None,
+        *,
+        sids: dict[str, int] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """The token's user's home timeline, and whether it is being
         regenerated (the user came back after being inactive: ``206``).
@@ -252,7 +302,9 @@ class Gateway:
         Tokens name their user (``<username>.<secret>``, still opaque to
         clients), so the timeline slice is read *while* the token is verified
         instead of after it: the read costs one round trip less. The page is
-        returned only if verification succeeds and names the same user."""
+        returned only if verification succeeds and names the same user (and
+        its scopes admit reading statuses). ``sids``: Mastodon's bounds
+        (max_sid, since_sid, min_sid) instead of a cursor."""
         token = self.bearer(authorization)
         try:
             since = validate_since_id(since_id)
@@ -261,22 +313,26 @@ class Gateway:
         except (BadRequest, InvalidInput):
             await self.social.authenticate(token)  # a bad token is reported first
             raise
+
+        async def verify() -> Principal:
+            return await self.signed_in(f"Bearer {token}", scope_rules.READ_STATUSES)
+
         claimed, dot, _ = token.partition(".")
         if not (dot and is_valid_username(claimed)):
-            actor, returned_at = await self.social.session(token)
-            page = await self.tweets.timeline("home", actor, limit, before, since)
+            who = await verify()
+            page = await self.tweets.timeline("home", who.username, limit, before, since, sids=sids)
         else:
-            page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before, since))
+            page_task = asyncio.ensure_future(self.tweets.timeline("home", claimed, limit, before, since, sids=sids))
             try:
-                actor, returned_at = await self.social.session(token)
-                if canonical(actor) != canonical(claimed):
+                who = await verify()
+                if canonical(who.username) != canonical(claimed):
                     raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
             except BaseException:
                 page_task.cancel()
                 await asyncio.gather(page_task, return_exceptions=True)
                 raise
             page = await page_task
-        regenerating = await self.regenerating(actor, returned_at)
+        regenerating = await self.regenerating(who.username, who.returned_at)
         return self._page("tl:home", page, since), regenerating
 
     async def regenerating(self, actor: str, returned_at: str | None) -> bool:

@@ -151,7 +151,7 @@ def _stream(summary: str, auth: bool) -> dict[str, Any]:
         ],
         "responses": {
             "200": {"description": "An endless event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-            **_errors(*((401, 422, 429) if auth else (422,))),
+            **_errors(*((401, 403, 422, 429) if auth else (422,))),
         },
     }
     if auth:
@@ -238,7 +238,7 @@ def openapi_document(version: str) -> dict[str, Any]:
             "post": {
                 "summary": "Sign up",
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Credentials")}}},
-                "responses": {"201": _json(_ref("User"), "Created"), **_errors(400, 409, 413, 422, 429)},
+                "responses": {"201": _json(_ref("User"), "Created"), **_errors(400, 403, 409, 413, 422, 429)},
             },
             "get": {
                 "summary": "Look up users by name (in the order asked) or by prefix",
@@ -334,7 +334,8 @@ def openapi_document(version: str) -> dict[str, Any]:
                     "201": _json(_ref("Tweet"), "Created"),
                     "200": _json(_ref("Tweet"), "Repeat of an Idempotency-Key: the first tweet"),
                     # 404: a repeated Idempotency-Key whose tweet was deleted.
-                    **_errors(400, 401, 404, 413, 422, 429),
+                    # 403: the token's scopes do not admit posting.
+                    **_errors(400, 401, 403, 404, 413, 422, 429),
                 },
             }
         },
@@ -351,7 +352,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "responses": {"204": {"description": "Deleted"}, **_errors(401, 403, 404)},
             },
         },
-        "/v1/timeline": _timeline("Your home timeline", [], True, (401,)),
+        "/v1/timeline": _timeline("Your home timeline", [], True, (401, 403)),
         "/v1/public": _timeline("The public timeline", [], False),
         "/v1/streaming/home": _stream("Live updates of your home timeline (server-sent events)", True),
         "/v1/streaming/public": _stream("Live updates of the public timeline (server-sent events)", False),

@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cachetools import TTLCache
@@ -54,7 +55,10 @@ from fanline_shared.http_routes import error_body, json_response
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _EXEMPT = ("/healthz", "/readyz", "/metrics", "/openapi.json")
-_EXEMPT_PREFIXES = ("/static/",)
+_EXEMPT_PREFIXES = ("/static/", "/avatars/", "/headers/")
+# The Mastodon-compatible API: Mastodon's header names (beside the IETF ones)
+# and error body (mastodon/errors.py).
+_MASTODON_PREFIXES = ("/api/", "/oauth/", "/.well-known/")
 # The client address, as this module decided it, for the handlers.
 ADDRESS_STATE = "client_address"
 
@@ -159,12 +163,23 @@ class Decision:
     remaining: int
     reset_s: int
 
-    def headers(self) -> dict[str, str]:
+    def headers(self, *, mastodon: bool = False) -> dict[str, str]:
         out = {
             "RateLimit-Limit": str(self.limit),
             "RateLimit-Remaining": str(self.remaining),
             "RateLimit-Reset": str(self.reset_s),
         }
+        if mastodon:
+            # Always the three together (Mastodon.py reads Limit whenever
+            # Remaining is there); Reset as a time, like Mastodon's.
+            reset_at = datetime.now(UTC) + timedelta(seconds=self.reset_s)
+            out.update(
+                {
+                    "X-RateLimit-Limit": str(self.limit),
+                    "X-RateLimit-Remaining": str(self.remaining),
+                    "X-RateLimit-Reset": reset_at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{reset_at.microsecond // 1000:03d}Z",
+                }
+            )
         if not self.allowed:
             out["Retry-After"] = str(max(1, self.reset_s))
         return out
@@ -298,10 +313,12 @@ class RateLimitMiddleware:
             decision = await self.limiter.hit(self.settings.per_user, "user", canonical(user))
         else:
             decision = await self.limiter.hit(self.settings.per_address, "address", address)
-        headers = decision.headers()
+        mastodon = path.startswith(_MASTODON_PREFIXES)
+        headers = decision.headers(mastodon=mastodon)
         if not decision.allowed:
             metrics.RATE_LIMITED.labels("user" if user is not None else "address").inc()
-            response = json_response(error_body("rate_limited", "too many requests; slow down"), 429, headers)
+            body = {"error": "Too many requests"} if mastodon else error_body("rate_limited", "too many requests; slow down")
+            response = json_response(body, 429, headers)
             await response(scope, receive, send)
             return
 

@@ -49,6 +49,7 @@ from fanline_shared.errors import DomainError, NotFound, RateLimited
 from fanline_shared.events import Event, Followed, TweetCreated, TweetDeleted, Unfollowed
 
 from .config import LiveSettings
+from .v1 import v1_tweet
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,20 @@ BACKLOG_MAX = 1000
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One event for a client: ``event`` is "update" or "delete"."""
+    """One event for a client: ``event`` is "update" or "delete".
+
+    ``data`` is the ``/v1`` payload; ``tweet`` (updates) and ``sid``
+    (deletes, when the event carries it) let the Mastodon-compatible streams
+    render theirs, once per event however many streams get it (``memo``,
+    keyed by the rendering's base URL)."""
 
     event: str
     data: str
     id: str | None = None
     created_at: float | None = None  # the tweet's creation time, for the latency histogram
+    tweet: dict[str, Any] | None = None
+    sid: str | None = None
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 # Ends a stream (shutdown or overflow); the client reconnects with Last-Event-ID.
@@ -121,11 +130,11 @@ class Stream:
 
 def tweet_item(tweet: dict[str, Any]) -> Item:
     created = datetime.fromisoformat(str(tweet["created_at"]).replace("Z", "+00:00")).timestamp()
-    return Item("update", orjson.dumps(tweet).decode(), str(tweet["id"]), created)
+    return Item("update", orjson.dumps(v1_tweet(tweet)).decode(), str(tweet["id"]), created, tweet=tweet)
 
 
-def delete_item(tweet_id: str) -> Item:
-    return Item("delete", orjson.dumps({"id": tweet_id}).decode())
+def delete_item(tweet_id: str, sid: str | None = None) -> Item:
+    return Item("delete", orjson.dumps({"id": tweet_id}).decode(), sid=sid)
 
 
 class Hub:
@@ -245,7 +254,7 @@ class Hub:
                 if tweet is not None:
                     self._send(author, tweet_item(tweet))
             elif isinstance(event, TweetDeleted):
-                self._send(canonical(event.data.author), delete_item(str(event.data.tweet_id)))
+                self._send(canonical(event.data.author), delete_item(str(event.data.tweet_id), event.data.sid))
             elif isinstance(event, Followed | Unfollowed):
                 self._follow_changed(event)
 
@@ -284,7 +293,7 @@ class Hub:
         except DomainError as exc:
             log.warning("deletes for %s's unfollow of %s lost: %s", follower, followee, exc)
             return
-        items = [delete_item(str(t["id"])) for t in page["items"]]
+        items = [delete_item(str(t["id"]), t.get("sid")) for t in page["items"]]
         for stream in tuple(self._by_owner.get(follower, ())):
             if followee not in stream.following:  # not re-followed meanwhile
                 for item in items:
@@ -297,15 +306,17 @@ class Hub:
 
     # --- resume ----------------------------------------------------------------------
 
-    async def backlog(self, stream: Stream, last_id: str) -> list[dict[str, Any]]:
+    async def backlog(self, stream: Stream, last_id: str, *, sid: bool = False) -> list[dict[str, Any]]:
         """The items of the stream's timeline strictly newer than ``last_id``,
         oldest first (at most ``BACKLOG_MAX``: older ones are beyond a live
-        client's interest and still readable with since_id paging)."""
+        client's interest and still readable with since_id paging).
+        ``sid``: ``last_id`` is a status id (the Mastodon-compatible streams)."""
         kind = "home" if stream.kind == "home" else "public"
         items: list[dict[str, Any]] = []
         before: str | None = None
+        since, sids = (None, {"since_sid": int(last_id)}) if sid else (last_id, None)
         while len(items) < BACKLOG_MAX:
-            page = await self.tweets.timeline(kind, stream.owner, BACKLOG_PAGE, before, since=last_id)
+            page = await self.tweets.timeline(kind, stream.owner, BACKLOG_PAGE, before, since=since, sids=sids)
             items.extend(page["items"])
             before = page.get("next")
             if not before:

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from fanline_shared import metrics
+from fanline_shared import scopes as scope_rules
 from fanline_shared.domain import parse_tweet_id
 from fanline_shared.errors import InvalidInput, Unauthorized, Unavailable
 from fanline_shared.http_routes import route
@@ -54,7 +55,7 @@ async def stream_user(request: Request) -> str:
         if not token:
             raise Unauthorized("a bearer token or a session cookie is required", code="unauthorized")
         authorization = f"Bearer {token}"
-    return await gateway.authenticate(authorization)
+    return await gateway.authenticate(authorization, scope_rules.READ_STATUSES)
 
 
 def last_event_id(request: Request) -> str | None:

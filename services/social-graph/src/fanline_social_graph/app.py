@@ -26,6 +26,8 @@ from . import __version__
 from .adapters import SocialGraphStorage, build_storage
 from .config import Settings
 from .hashing import Argon2Budget, slots_for
+from .oauth import OAuth
+from .oauth_routes import oauth_routes
 from .service import SocialGraph, edge_json
 
 SERVICE = Settings.SERVICE
@@ -80,7 +82,10 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         budget = Argon2Budget(
             slots_for(settings.argon2_memory_budget_mib, settings.argon2_memory_kib), settings.argon2_queue_wait_s
         )
-        app.state.graph = SocialGraph(store, hasher, settings.session_ttl_s, budget, settings.inactive_after_s)
+        app.state.graph = SocialGraph(
+            store, hasher, settings.session_ttl_s, budget, settings.inactive_after_s, settings.oauth_token_ttl_s
+        )
+        app.state.oauth = OAuth(store, app.state.graph)
         try:
             yield
         finally:
@@ -89,7 +94,7 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
 
     async def create_user(request: Request) -> Response:
         body = await read_json_object(request)
-        user = await graph(request).sign_up(body.get("username"), body.get("password"))
+        user = await graph(request).sign_up(body.get("username"), body.get("password"), body.get("email"))
         profile = (await graph(request).profiles([user.username]))[0]
         return json_response(profile, 201)
 
@@ -97,6 +102,9 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response(await graph(request).profile(request.path_params["username"]))
 
     async def list_users(request: Request) -> Response:
+        if "email" in request.query_params:
+            # Who logs in with this email (the gateway counts failed log-ins per user).
+            return json_response({"items": await graph(request).profiles_by_email(request.query_params["email"])})
         if "prefix" in request.query_params:
             limit = _int_param(request, "limit", 20, 100)
             return json_response({"items": await graph(request).search(request.query_params["prefix"], limit)})
@@ -111,8 +119,30 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return json_response(await graph(request).login(body.get("username"), body.get("password")))
 
     async def current_session(request: Request) -> Response:
-        username, returned_at = await graph(request).session(_bearer(request))
-        return json_response({"username": username, "returned_at": to_rfc3339(returned_at) if returned_at else None})
+        grant, returned_at = await graph(request).grant(_bearer(request))
+        return json_response(
+            {
+                "username": grant.username,
+                "returned_at": to_rfc3339(returned_at) if returned_at else None,
+                "scopes": grant.scopes,
+                "client_id": grant.client_id,
+                "kind": grant.kind,
+            }
+        )
+
+    async def accounts(request: Request) -> Response:
+        raw = request.query_params.get("ids", "")
+        ids = [int(part) for part in raw.split(",") if part.isdigit() and len(part) <= 19]
+        if len(ids) > MAX_USERNAMES_PER_LOOKUP:
+            raise InvalidInput(f"at most {MAX_USERNAMES_PER_LOOKUP} ids", code="invalid_ids")
+        return json_response({"items": await graph(request).profiles_by_id(ids)})
+
+    async def relationships(request: Request) -> Response:
+        body = await read_json_object(request)
+        actor, targets = body.get("actor"), body.get("targets")
+        if not isinstance(actor, str) or not isinstance(targets, list) or len(targets) > MAX_USERNAMES_PER_LOOKUP:
+            raise InvalidInput("actor and targets (at most 100) are required", code="invalid_body")
+        return json_response({"items": await graph(request).relationships(actor, [str(t) for t in targets])})
 
     async def logout(request: Request) -> Response:
         await graph(request).logout(_bearer(request))
@@ -166,5 +196,8 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         route(SERVICE, "/internal/sessions", login, ["POST"]),
         route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
         route(SERVICE, "/internal/sessions/current", logout, ["DELETE"]),
+        route(SERVICE, "/internal/accounts", accounts, ["GET"]),
+        route(SERVICE, "/internal/relationships", relationships, ["POST"]),
+        *oauth_routes(SERVICE),
     ]
     return storage_app(settings, __version__, routes, open_storage=lambda: storage or open_storage(settings), running=running)

@@ -28,3 +28,5 @@ class Settings(StorageServiceSettings):
     argon2_memory_budget_mib: int = env_int("FANLINE_ARGON2_MEMORY_BUDGET_MIB", 256, minimum=1)
     # How long a log-in or sign-up may wait for a free slot before 503.
     argon2_queue_wait_s: float = env_float("FANLINE_ARGON2_QUEUE_WAIT_S", 2.0)
+    # OAuth tokens (the Mastodon-compatible API) last this long; 0: until revoked, as Mastodon's.
+    oauth_token_ttl_s: int = env_int("FANLINE_OAUTH_TOKEN_TTL_S", 0, minimum=0)

@@ -21,6 +21,7 @@ Conventions for every port (shared with tweet-store's and the outbox's):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple, Protocol
 
@@ -28,12 +29,20 @@ from fanline_shared.domain import Edge, OutboxEvent, Session, User
 
 
 class UserRepository(Protocol):
-    """Users and their password hashes (owned by social-graph)."""
+    """Users and their password hashes (owned by social-graph).
 
-    async def create(self, username: str, password_hash: str, created_at: datetime) -> User:
-        """Create a user; raise ``Conflict(code='username_taken')`` if the
-        canonical name exists. Exactly one of any number of concurrent creates
-        of the same canonical name succeeds (LWT in Cassandra)."""
+    Every user has a numeric ``account_id`` (the Mastodon-compatible API's
+    account id: ``created_at_ms << 16 | hash16(canonical name)``, the next
+    free value on a collision), unique and stable, and optionally an
+    ``email``, unique regardless of case."""
+
+    async def create(self, username: str, password_hash: str, created_at: datetime, email: str | None = None) -> User:
+        """Create a user with a new account id; raise
+        ``Conflict(code='username_taken')`` if the canonical name exists, or
+        ``Conflict(code='email_taken')`` if ``email`` (compared lower-cased)
+        belongs to someone else. Exactly one of any number of concurrent
+        creates of the same canonical name (or email) succeeds (LWT in
+        Cassandra)."""
 
     async def get(self, username: str) -> User | None:
         """The user with this canonical name, or None."""
@@ -48,12 +57,38 @@ class UserRepository(Protocol):
         """Users whose canonical name starts with ``prefix`` (itself a
         canonical string), in canonical-name order, at most ``limit``."""
 
+    async def by_account_id(self, account_id: int) -> User | None:
+        """The user with this account id, or None."""
+
+    async def by_email(self, email: str) -> User | None:
+        """The user with this email (compared lower-cased), or None."""
+
+    async def assign_account_id(self, user: User) -> User:
+        """``user`` with an account id: the one it has, or a new one stored
+        now (a user created before account ids existed, or by an older
+        replica). Idempotent: concurrent callers end with the same id."""
+
+    async def backfill_account_ids(self) -> int:
+        """Give every user without an account id one (at start, once: a
+        marker records that it ran); returns how many were assigned."""
+
 
 class SessionRepository(Protocol):
-    """Opaque bearer tokens, stored only as hashes (owned by social-graph)."""
+    """Opaque bearer tokens, stored only as hashes (owned by social-graph):
+    ``/v1/sessions`` tokens and OAuth tokens alike (one store)."""
 
-    async def create(self, token_hash: str, username: str, expires_at: datetime) -> None:
-        """Store a session that expires at ``expires_at``."""
+    async def create(
+        self,
+        token_hash: str,
+        username: str,
+        expires_at: datetime | None,
+        *,
+        scopes: str = "read write follow push",
+        client_id: str | None = None,
+        kind: str = "user",
+    ) -> None:
+        """Store a token that expires at ``expires_at`` (None: never, until
+        revoked), with its grant (see ``domain.Session``)."""
 
     async def get(self, token_hash: str) -> Session | None:
         """The live session, or None if unknown, revoked or expired."""
@@ -130,3 +165,49 @@ class ActivityRepository(Protocol):
 
     async def active_followers(self, username: str, limit: int, after: str | None) -> list[Edge]:
         """Active followers of ``username``, by canonical name, strictly after ``after``."""
+
+
+# --- OAuth apps and authorization codes (the Mastodon-compatible API, oauth.py) ---
+# Secrets and codes are stored only as SHA-256 hashes (random, high-entropy
+# strings: a slow hash adds nothing). Tokens live in ``SessionRepository``.
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthApp:
+    """A client registered with ``POST /api/v1/apps``."""
+
+    client_id: str
+    secret_hash: str
+    name: str
+    website: str | None
+    redirect_uris: tuple[str, ...]
+    scopes: tuple[str, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CodeGrant:
+    """What an authorization code stands for, until it is exchanged (once)."""
+
+    client_id: str
+    username: str
+    redirect_uri: str
+    scopes: tuple[str, ...]
+    challenge: str | None = None  # PKCE code_challenge
+    challenge_method: str | None = None  # "S256" or "plain"
+
+
+class OAuthRepository(Protocol):
+    async def create_app(self, app: OAuthApp) -> None:
+        """Store a new app (its ``client_id`` is fresh and random)."""
+
+    async def get_app(self, client_id: str) -> OAuthApp | None:
+        """The app, or None."""
+
+    async def create_code(self, code_hash: str, grant: CodeGrant, ttl_s: int) -> None:
+        """Store a code that expires after ``ttl_s``."""
+
+    async def take_code(self, code_hash: str) -> CodeGrant | None:
+        """The grant of a live code, removing it: of any number of
+        concurrent takers exactly one gets it (an LWT in Cassandra), and an
+        expired or already taken code gives None."""

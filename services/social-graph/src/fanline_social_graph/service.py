@@ -6,6 +6,7 @@ the rules (validation, hashing, who may do what) and knows nothing of HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from fanline_shared import events, metrics
 from fanline_shared.domain import (
     Edge,
     OutboxEvent,
+    Session,
     User,
     canonical,
     is_valid_username,
@@ -28,7 +30,9 @@ from fanline_shared.domain import (
     validate_username,
 )
 from fanline_shared.errors import InvalidInput, NotFound, Unauthorized
+from fanline_shared.scopes import FULL as FULL_SCOPES
 
+from .accounts import EMAIL_MAX, validate_email
 from .activity import ActivityTracker
 from .adapters import SocialGraphStorage
 from .hashing import Argon2Budget
@@ -51,11 +55,14 @@ class SocialGraph:
         session_ttl_s: int,
         budget: Argon2Budget | None = None,
         inactive_after_s: float = 7 * 24 * 3600,
+        oauth_token_ttl_s: int = 0,
     ) -> None:
         self._storage = storage
         self._hasher = hasher
         self._argon2 = budget or Argon2Budget(1, 2.0)
         self._session_ttl = timedelta(seconds=session_ttl_s)
+        # OAuth tokens last until revoked (Mastodon's do), unless set.
+        self._oauth_ttl = timedelta(seconds=oauth_token_ttl_s) if oauth_token_ttl_s > 0 else None
         self._dummy_hash = hasher.hash(_DUMMY_PASSWORD)
         self.activity = ActivityTracker(storage.activity, self._followees, inactive_after_s)
 
@@ -64,13 +71,14 @@ class SocialGraph:
 
     # --- users ----------------------------------------------------------------
 
-    async def sign_up(self, username: object, password: object) -> User:
+    async def sign_up(self, username: object, password: object, email: object = None) -> User:
         name = validate_username(username)
         secret = validate_password(password)
+        address = validate_email(email)
         # argon2 is deliberately slow and memory-hard: off the event loop,
         # within the memory budget (503 when it is in use).
         password_hash = await self._argon2.run(self._hasher.hash, secret)
-        user = await self._storage.users.create(name, password_hash, utcnow())
+        user = await self._storage.users.create(name, password_hash, utcnow(), address)
         await self.activity.created(user.username)
         metrics.USERS_CREATED.inc()
         return user
@@ -97,10 +105,23 @@ class SocialGraph:
     async def search(self, prefix: str, limit: int) -> list[dict[str, Any]]:
         if not prefix or len(prefix) > 15 or not is_valid_username(prefix):
             return []
-        users = await self._storage.users.search_prefix(canonical(prefix), limit)
-        return await self._with_counts(users)
+        found = await self._storage.users.search_prefix(canonical(prefix), limit)
+        # The prefix index holds names, not account ids: read the users.
+        full = await self._storage.users.get_many([u.username for u in found]) if found else {}
+        return await self._with_counts([full.get(canonical(u.username), u) for u in found])
+
+    async def profiles_by_email(self, email: str) -> list[dict[str, Any]]:
+        """The profile of the user with this email, if any (a list of 0 or 1)."""
+        user = await self._storage.users.by_email(email) if 0 < len(email) <= EMAIL_MAX else None
+        return await self._with_counts([user]) if user is not None else []
+
+    async def profiles_by_id(self, account_ids: Sequence[int]) -> list[dict[str, Any]]:
+        """Profiles by account id, in the order asked; unknown ids left out."""
+        found = await asyncio.gather(*(self._storage.users.by_account_id(i) for i in dict.fromkeys(account_ids)))
+        return await self._with_counts([u for u in found if u is not None])
 
     async def _with_counts(self, users: list[User]) -> list[dict[str, Any]]:
+        users = [await self._storage.users.assign_account_id(u) if not u.account_id else u for u in users]
         counts = await self._storage.follows.counts([u.username for u in users]) if users else {}
         out = []
         for user in users:
@@ -111,16 +132,25 @@ class SocialGraph:
                     "created_at": to_rfc3339(user.created_at),
                     "followers_count": followers,
                     "following_count": following,
+                    "id": str(user.account_id),
                 }
             )
         return out
 
     # --- sessions -------------------------------------------------------------
 
-    async def login(self, username: object, password: object) -> dict[str, Any]:
+    async def login(
+        self, username: object, password: object, *, scopes: str = FULL_SCOPES, client_id: str | None = None
+    ) -> dict[str, Any]:
+        """A token for the user whose name — or, for an OAuth password grant
+        (``client_id``), email — and password these are, with ``scopes``;
+        the same argon2 path either way."""
         failure = Unauthorized("wrong username or password", code="unauthorized")
         if not isinstance(username, str) or not isinstance(password, str) or len(password) > 1024:
             raise failure
+        if client_id is not None and "@" in username:
+            by_email = await self._storage.users.by_email(username) if len(username) <= EMAIL_MAX else None
+            username = by_email.username if by_email is not None else ""
         found = await self._storage.users.credentials(username) if is_valid_username(username) else None
         stored_hash = found[1] if found else self._dummy_hash
         try:
@@ -132,15 +162,36 @@ class SocialGraph:
             metrics.LOGINS.labels("failure").inc()
             raise failure
         user = found[0]
-        # The token names its user so the gateway can start reading that
-        # user's timeline while verifying it; it is still verified in full
-        # (by the hash of the whole token), so the name grants nothing.
-        token = f"{canonical(user.username)}.{secrets.token_urlsafe(32)}"
-        expires_at = utcnow() + self._session_ttl
-        await self._storage.sessions.create(token_hash(token), user.username, expires_at)
+        token, expires_at = await self.issue(user.username, scopes=scopes, client_id=client_id)
         await self.activity.seen(user.username)
         metrics.LOGINS.labels("success").inc()
-        return {"token": token, "username": user.username, "expires_at": to_rfc3339(expires_at)}
+        return {
+            "token": token,
+            "username": user.username,
+            "expires_at": to_rfc3339(expires_at) if expires_at else None,
+            "scopes": scopes,
+        }
+
+    async def issue(
+        self, username: str | None, *, scopes: str = FULL_SCOPES, client_id: str | None = None
+    ) -> tuple[str, datetime | None]:
+        """Store a new token and return it with its expiry: a user's
+        (``username``) or, without one, an app's own (client credentials).
+
+        A user's token names its user so the gateway can start reading that
+        user's timeline while verifying it; it is still verified in full (by
+        the hash of the whole token), so the name grants nothing. An app's
+        token can never look like one: ``~`` is no username character."""
+        if username is None:
+            token, kind = f"app~{secrets.token_urlsafe(32)}", "app"
+        else:
+            token, kind = f"{canonical(username)}.{secrets.token_urlsafe(32)}", "user"
+        ttl = self._session_ttl if client_id is None else self._oauth_ttl
+        expires_at = utcnow() + ttl if ttl is not None else None
+        await self._storage.sessions.create(
+            token_hash(token), username or "", expires_at, scopes=scopes, client_id=client_id, kind=kind
+        )
+        return token, expires_at
 
     async def authenticate(self, token: str | None) -> str:
         return (await self.session(token))[0]
@@ -148,17 +199,34 @@ class SocialGraph:
     async def session(self, token: str | None) -> tuple[str, datetime | None]:
         """The token's user — an authenticated request, so they are active —
         and when they came back from inactivity (within the last day), if so."""
+        grant, returned_at = await self.grant(token)
+        return grant.username, returned_at
+
+    async def grant(self, token: str | None) -> tuple[Session, datetime | None]:
+        """The token's whole grant (user or app, scopes, app) and, for a
+        user, when they came back from inactivity (see ``session``)."""
         if not token or len(token) > 200:
             raise Unauthorized("missing or malformed token", code="unauthorized")
         session = await self._storage.sessions.get(token_hash(token))
         if session is None:
             raise Unauthorized("invalid, expired or revoked token", code="unauthorized")
-        return session.username, await self.activity.seen(session.username)
+        if session.kind == "app":
+            return session, None
+        return session, await self.activity.seen(session.username)
 
     async def logout(self, token: str | None) -> None:
-        await self.authenticate(token)
+        await self.grant(token)
         assert token is not None
         await self._storage.sessions.revoke(token_hash(token))
+
+    async def relationships(self, actor: str, targets: Sequence[str]) -> list[dict[str, Any]]:
+        """Whether ``actor`` follows each target and each target ``actor``."""
+        names = [t for t in dict.fromkeys(targets) if is_valid_username(t)]
+        follows = self._storage.follows
+        pairs = await asyncio.gather(
+            *(asyncio.gather(follows.is_following(actor, t), follows.is_following(t, actor)) for t in names)
+        )
+        return [{"username": t, "following": a, "followed_by": b} for t, (a, b) in zip(names, pairs, strict=True)]
 
     # --- follows --------------------------------------------------------------
 

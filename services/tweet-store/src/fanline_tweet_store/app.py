@@ -37,6 +37,7 @@ from .hybrid import HybridHome
 from .priority import ForegroundActivity
 from .regeneration import Regenerator
 from .service import TweetStore, tweet_json
+from .sids import SidGenerator, newer_than, older_than, parse_sid, to_sid, to_timeuuid
 from .write_context import PageRefused, bulk_writes, page_budget
 
 SERVICE = Settings.SERVICE
@@ -86,6 +87,28 @@ def _since(request: Request) -> uuid.UUID | None:
     return value
 
 
+def _sid_bound(request: Request, name: str) -> int | None:
+    """``max_sid``/``since_sid``/``min_sid``: a status id (any 64-bit number;
+    sids.py turns it into a timeuuid bound), or ``422``."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    value = parse_sid(raw)
+    if value is None:
+        raise InvalidInput(f"{name} must be a status id", code=f"invalid_{name}")
+    return value
+
+
+def _status_id(raw: str) -> uuid.UUID:
+    """The minted timeuuid of a status id, or 404 (also for a tweet written
+    before status ids existed: not addressable by one, see sids.py)."""
+    sid = parse_sid(raw)
+    value = to_timeuuid(sid) if sid is not None else None
+    if value is None:
+        raise NotFound(f"no status {raw[:64]}", code="tweet_not_found")
+    return value
+
+
 def _owners(body: dict[str, Any]) -> list[str]:
     owners = body.get("owners")
     if (
@@ -124,6 +147,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         hybrid = HybridHome(
             s.home, s.tweets, s.large, social.following_all, retention_s=settings.home.retention_s, policy=settings.hybrid
         )
+        ids = SidGenerator(s.slots, ttl_s=settings.id_slot_lease_s)
+        await ids.start()
         regenerator = Regenerator(
             s.home,
             s.tweets,
@@ -142,12 +167,14 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             hybrid=hybrid,
             cap=cap,
             regenerator=regenerator,
+            ids=ids,
         )
         cap.start()
         try:
             yield
         finally:
             await regenerator.close()
+            await ids.close()
             await cap.stop()
             await social.close()
 
@@ -170,6 +197,17 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         tweet = await store(request).get(_tweet_id(request.path_params["tweet_id"]))
         return json_response(tweet_json(tweet))
 
+    async def get_status(request: Request) -> Response:
+        tweet = await store(request).get(_status_id(request.path_params["sid"]))
+        return json_response(tweet_json(tweet))
+
+    async def delete_status(request: Request) -> Response:
+        actor = request.query_params.get("actor", "")
+        tweet_id = _status_id(request.path_params["sid"])
+        event = await store(request).delete(tweet_id, actor)
+        log.info("tweet.deleted", tweet_id=str(tweet_id), event_id=str(event.id))
+        return json_response({"event": event_to_json(event)})
+
     async def delete_tweet(request: Request) -> Response:
         actor = request.query_params.get("actor", "")
         event = await store(request).delete(_tweet_id(request.path_params["tweet_id"]), actor)
@@ -179,8 +217,19 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
     def timeline(kind: str):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
             owner = request.path_params.get("username")
-            items, nxt = await store(request).page(kind, owner, _limit(request), _before(request), _since(request))
-            return json_response({"items": [tweet_json(t) for t in items], "next": nxt})
+            before, since, after = _before(request), _since(request), None
+            # Mastodon-style bounds by status id (the gateway's /api/v1 timelines).
+            if (max_sid := _sid_bound(request, "max_sid")) is not None:
+                before = older_than(max_sid)
+            if (since_sid := _sid_bound(request, "since_sid")) is not None:
+                since = newer_than(since_sid)
+            if (min_sid := _sid_bound(request, "min_sid")) is not None:
+                after = newer_than(min_sid)
+            items, nxt = await store(request).page(kind, owner, _limit(request), before, since, after)
+            body: dict[str, Any] = {"items": [tweet_json(t) for t in items], "next": nxt}
+            if nxt is not None:
+                body["next_sid"] = str(to_sid(uuid.UUID(nxt)))
+            return json_response(body)
 
         return handler
 
@@ -278,7 +327,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         that fail. Once reached, an outage of social-graph only marks this
         replica degraded: tweets, userlines and the public timeline do not
         need it, and taking every tweet-store out of its Service would turn
-        one service's outage into two (docs/operations.md, "Probes")."""
+        one service's outage into two (docs/operations/secure.md, "Readiness")."""
         try:
             await app.state.social.call("GET", "/healthz", operation="healthz", policy=None)
         except DomainError as exc:
@@ -291,6 +340,8 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/tweets", fg(create_tweet), ["POST"]),
         route(SERVICE, "/internal/tweets/{tweet_id}", fg(get_tweet), ["GET"]),
         route(SERVICE, "/internal/tweets/{tweet_id}", fg(delete_tweet), ["DELETE"]),
+        route(SERVICE, "/internal/statuses/{sid}", fg(get_status), ["GET"]),
+        route(SERVICE, "/internal/statuses/{sid}", fg(delete_status), ["DELETE"]),
         route(SERVICE, "/internal/userline/{username}", fg(timeline("user")), ["GET"]),
         route(SERVICE, "/internal/public", fg(timeline("public")), ["GET"]),
         route(SERVICE, "/internal/home/{username}", fg(timeline("home")), ["GET"]),

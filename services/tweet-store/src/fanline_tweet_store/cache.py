@@ -123,5 +123,11 @@ class CachedTweets:
     async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         return await self._store.public(limit, before)
 
+    async def userline_after(self, username: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        return await self._store.userline_after(username, limit, after)
+
+    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        return await self._store.public_after(limit, after)
+
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         return await self._store.counts(usernames)

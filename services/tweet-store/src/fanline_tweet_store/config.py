@@ -69,3 +69,5 @@ class Settings(StorageServiceSettings):
     )
     # Home reads ask social-graph whom the reader follows.
     peers: PeerSettings = env_field(PeerSettings.from_env)
+    # How long a process's lease of a status-id slot lasts unrenewed (sids.py).
+    id_slot_lease_s: int = env_int("FANLINE_ID_SLOT_LEASE_S", 30, minimum=3)

@@ -36,14 +36,15 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
+from itertools import takewhile
 from typing import Generic, TypeVar
 
 from cachetools import LRUCache
 
 from fanline_shared import metrics
-from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time, utcnow
+from fanline_shared.domain import canonical, min_timeuuid, timeuuid_sort_key, timeuuid_time, utcnow
 
 from .ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
 
@@ -163,6 +164,19 @@ class RecentLines:
         metrics.HOME_MERGE_LOOKUPS.labels(result="miss").inc()
         return await self._tweets.userline(author, limit, before)
 
+    async def oldest_after(self, author: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """The ``limit`` oldest ids newer than ``after``, oldest first: from
+        the cached head when it reaches down to ``after`` (or holds the whole
+        userline), else from the store."""
+        head = await self._heads.get(author, lambda: self._tweets.userline(author, self._depth, None))
+        bound = timeuuid_sort_key(after) if after is not None else ""
+        newer = list(takewhile(lambda i: timeuuid_sort_key(i) > bound, head))
+        if len(newer) < len(head) or len(head) < self._depth:
+            metrics.HOME_MERGE_LOOKUPS.labels(result="hit").inc()
+            return newer[::-1][:limit]
+        metrics.HOME_MERGE_LOOKUPS.labels(result="miss").inc()
+        return await self._tweets.userline_after(author, limit, after)
+
 
 class HybridHome:
     """Reads the ids of one home-timeline page (see the module docstring)."""
@@ -229,6 +243,61 @@ class HybridHome:
         oldest = utcnow() - self._retention
         below = {i for line in lines for i in line if timeuuid_time(i) > oldest}
         return page + sorted(below, key=timeuuid_sort_key, reverse=True)[:need]
+
+    async def ids_after(self, owner: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """Up to ``limit`` ids of ``owner``'s home timeline strictly newer than
+        ``after``, *oldest* first (``min_id`` pages): the same three sources as
+        ``ids``, each read oldest first from ``after``, so the union's first
+        ``limit`` ids are exactly the page. Stored rows and large accounts'
+        heads give everything at or above the horizon; below it (only when
+        ``after`` is) the userlines, which then come first. In the common case
+        (``after`` above the horizon, no large accounts) one query."""
+        owner_lc = canonical(owner)
+        window, large = await asyncio.gather(self._home.window_after(owner_lc, limit, after), self.large_accounts())
+        horizon = window.horizon
+        floor = timeuuid_sort_key(horizon) if horizon is not None else ""
+        ids = window.ids
+        if horizon is not None and len(ids) == limit and any(timeuuid_sort_key(i) < floor for i in ids):
+            # Untrusted rows below the horizon took part of the slice: read the trusted ones.
+            ids = (await self._home.window_after(owner_lc, limit, _just_below(horizon))).ids
+        above = {i for i in ids if timeuuid_sort_key(i) >= floor}
+        candidates = large - {owner_lc}
+        if candidates:
+            followed = sorted(candidates & await self.following(owner_lc))
+            metrics.HOME_MERGED_ACCOUNTS.observe(len(followed))
+            heads = await asyncio.gather(*(self._recent.oldest_after(a, limit, after) for a in followed))
+            above |= {i for head in heads for i in head if timeuuid_sort_key(i) >= floor}
+        page = sorted(above, key=timeuuid_sort_key)[:limit]
+        if horizon is None or (after is not None and timeuuid_sort_key(after) >= floor):
+            return page
+        # Below the stored horizon: everyone followed, from their userlines,
+        # back to the retention horizon (and never older: the floor moves up to it).
+        metrics.HOME_FALLBACK_READS.inc()
+        oldest = _just_below_time(utcnow() - self._retention)
+        start = after if after is not None and timeuuid_sort_key(after) > timeuuid_sort_key(oldest) else oldest
+        authors = sorted(await self.following(owner_lc) | {owner_lc})
+        lines = await _bounded(
+            self._policy.fallback_concurrency, [partial(self._tweets.userline_after, a, limit, start) for a in authors]
+        )
+        below = {i for line in lines for i in line if timeuuid_sort_key(i) < floor}
+        return (sorted(below, key=timeuuid_sort_key) + page)[:limit]
+
+
+def _just_below(value: uuid.UUID) -> uuid.UUID:
+    """The largest timeuuid of the tick before ``value``'s: "newer than it"
+    starts at ``value``'s tick (in both backends' orders)."""
+    return _largest_at(value.time - 1)
+
+
+def _just_below_time(when: datetime) -> uuid.UUID:
+    """The largest timeuuid of ``when``'s tick: "newer than it" is after ``when``."""
+    return _largest_at(min_timeuuid(when).time)
+
+
+def _largest_at(ticks: int) -> uuid.UUID:
+    ticks = max(ticks, 0)
+    fields = (ticks & 0xFFFFFFFF, (ticks >> 32) & 0xFFFF, ((ticks >> 48) & 0x0FFF) | 0x1000, 0xBF, 0xFF, 0xFFFFFFFFFFFF)
+    return uuid.UUID(fields=fields)
 
 
 async def _bounded(limit: int, calls: list[Callable[[], Awaitable[T]]]) -> list[T]:

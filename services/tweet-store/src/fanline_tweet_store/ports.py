@@ -69,6 +69,14 @@ class TweetRepository(Protocol):
     async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         """Every tweet id, newest first, strictly older than ``before``."""
 
+    async def userline_after(self, username: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """The user's ``limit`` *oldest* tweet ids strictly newer than
+        ``after`` (None: from the start), oldest first (``min_id`` pages):
+        passing the last id of one call continues with no gap and no repeat."""
+
+    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """Every tweet id strictly newer than ``after``, oldest first, at most ``limit``."""
+
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         """``{canonical: tweets_count}`` for each name."""
 
@@ -119,6 +127,11 @@ class HomeTimelineRepository(Protocol):
     async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
         """``slice`` plus the owner's horizon, in one round of queries."""
 
+    async def window_after(self, owner: str, limit: int, after: uuid.UUID | None) -> HomeWindow:
+        """The owner's ``limit`` oldest stored ids strictly newer than
+        ``after``, oldest first (whatever the horizon), plus the horizon: one
+        query when a row comes back (the horizon is read with it)."""
+
     async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
         """Keep the owner's ``keep`` newest rows: remove every older row (in
         Cassandra one range tombstone, not one per row) and raise the horizon
@@ -159,3 +172,22 @@ class LargeAccountRegistry(Protocol):
 
     async def members(self) -> set[str]:
         """Every registered author (canonical names) whose registration is live."""
+
+
+class IdSlots(Protocol):
+    """Leases of the 64 status-id slots (``sids.py``): at most one holder
+    per slot at a time, for a bounded time, so that no two processes mint the
+    same id. A lease expires by itself ``ttl_s`` after it was last taken or
+    renewed (the storage's clock); a holder must stop minting before its own
+    ``ttl_s`` has passed since it *asked*."""
+
+    async def acquire_slot(self, holder: str, ttl_s: int) -> int | None:
+        """Take a free (or expired) slot for ``holder`` and return it; None
+        if all 64 are held. Of concurrent callers, each slot goes to one."""
+
+    async def renew_slot(self, slot: int, holder: str, ttl_s: int) -> bool:
+        """Extend ``holder``'s lease of ``slot``; False if it is not (or no
+        longer) ``holder``'s."""
+
+    async def release_slot(self, slot: int, holder: str) -> None:
+        """Give ``slot`` up if ``holder`` has it; otherwise change nothing."""

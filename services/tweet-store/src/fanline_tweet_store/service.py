@@ -31,6 +31,7 @@ from .adapters import TweetStoreStorage
 from .home_cap import HomeCap
 from .hybrid import HybridHome
 from .regeneration import Regenerator
+from .sids import SidGenerator, to_sid
 
 # Unfollow removes the author's tweets from the follower's timeline; it walks
 # the author's userline back to the retention horizon in pages of this size.
@@ -42,11 +43,15 @@ def _deleted(tweet_id: uuid.UUID) -> NotFound:
 
 
 def tweet_json(tweet: Tweet) -> dict[str, Any]:
+    """A tweet as the internal API returns it: the public fields, plus its
+    ``sid`` (the Mastodon-compatible status id, ``sids.py``; the gateway's
+    ``/v1`` leaves it out)."""
     return {
         "id": str(tweet.id),
         "username": tweet.username,
         "body": tweet.body,
         "created_at": to_rfc3339(tweet.created_at),
+        "sid": str(to_sid(tweet.id)),
     }
 
 
@@ -67,8 +72,12 @@ class TweetStore:
         hybrid: HybridHome,
         cap: HomeCap,
         regenerator: Regenerator,
+        ids: SidGenerator | None = None,
     ) -> None:
         self._s = storage
+        # Mints the ids of new tweets (sids.py); without one (tools, some
+        # tests) new ids are random timeuuids, which have no sid of their own.
+        self._ids = ids
         self._retention_s = retention_s
         self._retention = timedelta(seconds=retention_s)
         self._idem_ttl = idempotency_ttl_s
@@ -83,7 +92,7 @@ class TweetStore:
         Returns the tweet, whether this call created it, and its event."""
         author = validate_username(username)
         text = validate_body(body)
-        tweet = Tweet(id=new_timeuuid(), username=author, body=text)
+        tweet = Tweet(id=self._ids.next_timeuuid() if self._ids is not None else new_timeuuid(), username=author, body=text)
         if idempotency_key is not None:
             bound = await self._s.tweets.reserve_idempotency_key(author, idempotency_key, tweet, self._idem_ttl)
             if bound.id != tweet.id:
@@ -113,7 +122,9 @@ class TweetStore:
         event = events.tweet_created(bound.id, bound.username, bound.created_at)
         await tweets.create(bound, event)
         if await tweets.was_deleted(bound.id):
-            await tweets.delete(bound, events.tweet_deleted(bound.id, bound.username), remember_s=self._idem_ttl)
+            await tweets.delete(
+                bound, events.tweet_deleted(bound.id, bound.username, sid=str(to_sid(bound.id))), remember_s=self._idem_ttl
+            )
             raise _deleted(bound.id)
         return bound, False, event
 
@@ -127,14 +138,20 @@ class TweetStore:
         tweet = await self.get(tweet_id)
         if canonical(tweet.username) != canonical(actor):
             raise Forbidden("you can only delete your own tweets", code="forbidden")
-        event = events.tweet_deleted(tweet.id, tweet.username)
+        event = events.tweet_deleted(tweet.id, tweet.username, sid=str(to_sid(tweet.id)))
         # Remembered for the idempotency window: a keyed repeat of the post
         # that created it must answer 404, not restore it.
         await self._s.tweets.delete(tweet, event, remember_s=self._idem_ttl)
         return event
 
     async def page(
-        self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None, since: uuid.UUID | None = None
+        self,
+        kind: str,
+        owner: str | None,
+        limit: int,
+        before: uuid.UUID | None,
+        since: uuid.UUID | None = None,
+        after: uuid.UUID | None = None,
     ) -> tuple[list[Tweet], str | None]:
         """One timeline page: a slice of ids, then one multi-get.
 
@@ -144,7 +161,14 @@ class TweetStore:
         and once an id at or below ``since`` shows there is no next page.
         Deleted tweets can linger as ids (in home timelines until the worker
         removes them); the multi-get drops them, so they never show. The next
-        cursor is the last id of the slice, so paging stays exact."""
+        cursor is the last id of the slice, so paging stays exact.
+
+        With ``after`` (``min_id``), the page is the ``limit`` *oldest* items
+        strictly newer than ``after`` (and older than ``before``), read
+        oldest first from every source and returned newest first; ``since``
+        is then ignored, as Mastodon does, and there is no next cursor."""
+        if after is not None:
+            return await self._page_after(kind, owner, limit, before, after), None
         if kind == "home":
             assert owner is not None
             ids = await self._hybrid.ids(owner, limit + 1, before)
@@ -161,6 +185,23 @@ class TweetStore:
         found = await self._s.tweets.get_many(ids)
         items = [found[i] for i in ids if i in found]
         return items, (str(ids[-1]) if more and ids else None)
+
+    async def _page_after(
+        self, kind: str, owner: str | None, limit: int, before: uuid.UUID | None, after: uuid.UUID
+    ) -> list[Tweet]:
+        if kind == "home":
+            assert owner is not None
+            ids = await self._hybrid.ids_after(owner, limit, after)
+        elif kind == "user":
+            assert owner is not None
+            ids = await self._s.tweets.userline_after(owner, limit, after)
+        else:
+            ids = await self._s.tweets.public_after(limit, after)
+        if before is not None:
+            ceiling = timeuuid_sort_key(before)
+            ids = list(takewhile(lambda i: timeuuid_sort_key(i) < ceiling, ids))
+        found = await self._s.tweets.get_many(ids)
+        return [found[i] for i in reversed(ids) if i in found]
 
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         return await self._s.tweets.counts(usernames)

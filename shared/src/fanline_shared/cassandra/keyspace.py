@@ -20,7 +20,7 @@ from ..storage_service.schema import Migration, compose
 from .bridge import execute
 from .callbacks import _is_validation_error
 from .connection import close_session, open_session
-from .migrations import _check_identifier, migrate
+from .migrations import _check_identifier, migrate, wait_for_version
 from .outbox import OUTBOX_MIGRATIONS, CassandraOutbox
 
 
@@ -41,7 +41,8 @@ class Keyspace:
     """The lifecycle of one owning service's keyspace (the ``Lifecycle`` port),
     outbox included.
 
-    ``start`` connects, migrates and then calls every registered ``prepare``
+    ``start`` connects, migrates (or, with ``FANLINE_SCHEMA_AT_START=wait``,
+    waits for the schema version its migrations reach) and then calls every registered ``prepare``
     callback (on a worker thread: preparing blocks) so repositories prepare
     their statements once; ``close`` shuts the cluster down; ``ping`` runs a
     trivial query. Repositories read ``session`` on every call.
@@ -71,9 +72,12 @@ class Keyspace:
                 return
             session = await open_session(self.settings)
             try:
-                await migrate(
-                    session, self.name, self.settings.replication_factor, self.migrations, local_dc=self.settings.local_dc
-                )
+                if self.settings.schema_at_start == "wait":
+                    await wait_for_version(session, self.name, len(self.migrations), self.settings.schema_wait_s)
+                else:
+                    await migrate(
+                        session, self.name, self.settings.replication_factor, self.migrations, local_dc=self.settings.local_dc
+                    )
                 await asyncio.to_thread(self._prepare_all, session)
             except BaseException:
                 await close_session(session)

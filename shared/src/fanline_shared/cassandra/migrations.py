@@ -1,25 +1,48 @@
-"""Keyspace creation and numbered, idempotent, append-only migrations.
+"""Keyspace creation and numbered, idempotent, append-only migrations,
+applied by one process at a time.
 
 ``migrate`` creates a keyspace (NetworkTopologyStrategy) and applies each
 migration once, recording it in ``schema_migrations``; it waits for schema
 agreement and raises ``fanline_shared.errors.Unavailable`` without it.
+
+Never two migrators at once: concurrent DDL on Cassandra can leave nodes
+with different ids for one table (CASSANDRA-9424), which shows only later as
+lost writes. A schema already at the wanted version runs no DDL at all; else
+the migrator takes the keyspace's migration lease, a row of
+``schema_lock`` written with a lightweight transaction and a TTL that its
+holder renews, and applies what is missing under it. The only statements
+that may run concurrently are the two that create those tables, and they
+name a fixed table id (``WITH ID``, derived from the keyspace), so two
+processes creating them at once create the same table.
+
+``wait_for_version`` is what a service does instead of migrating when
+``FANLINE_SCHEMA_AT_START=wait`` (production): no DDL, only polling until
+the migrate Job has brought the schema to the version its code needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from cassandra import InvalidRequest
 from cassandra.cluster import Session
 
 from .. import policies
 from ..errors import Unavailable
-from .bridge import execute
+from .bridge import execute, execute_lwt
 
 log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 60  # a crashed migrator's lease lapses after this
+LEASE_RENEW_S = 15
+POLL_S = 1.0
 
 
 def _datacenters(session: Session, fallback: str) -> list[str]:
@@ -42,9 +65,16 @@ def _split(cql: str) -> list[str]:
 
 
 async def migrate(
-    session: Session, keyspace: str, replication_factor: int, migrations: Sequence[str], *, local_dc: str = "datacenter1"
+    session: Session,
+    keyspace: str,
+    replication_factor: int,
+    migrations: Sequence[str],
+    *,
+    local_dc: str = "datacenter1",
+    lock_timeout_s: float = 600.0,
 ) -> None:
-    """Create ``keyspace`` and apply ``migrations`` (1-based versions) once each.
+    """Create ``keyspace`` and apply ``migrations`` (1-based versions) once
+    each, under the keyspace's migration lease (see the module docstring).
 
     Replication: ``NetworkTopologyStrategy`` with ``replication_factor`` in
     every datacenter the driver sees (``local_dc`` if it sees none).
@@ -53,36 +83,135 @@ async def migrate(
     NTS is correct for one node as well as several DCs.
 
     Each migration is one or more CQL statements (separated by ``;`` at a line
-    end) that must be idempotent (``IF NOT EXISTS``): applied versions are
-    recorded in ``schema_migrations``, but two processes starting at once may
-    both apply a migration, which is then harmless. Migrations are append-only:
-    never edit one that has shipped. Waits for schema agreement at the end.
+    end), idempotent (``IF NOT EXISTS``) so that one interrupted halfway is
+    simply applied again. Migrations are append-only: never edit one that has
+    shipped. Waits for schema agreement at the end.
     """
     _check_identifier(keyspace)
+    if await schema_version(session, keyspace) >= len(migrations):
+        return await _agree(session, keyspace)
     replication = ", ".join(f"'{dc}': {replication_factor}" for dc in _datacenters(session, local_dc))
     await _with_retry(
         session,
         f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'NetworkTopologyStrategy', {replication}}}",
     )
     await _with_retry(
-        session, f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp)"
+        session,
+        f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp) "
+        f"WITH ID = {_table_id(keyspace, 'schema_migrations')}",
     )
-    rows = await _with_retry(session, f"SELECT version FROM {keyspace}.schema_migrations")
-    applied = {row.version for row in rows}
-    for version, cql in enumerate(migrations, start=1):
-        if version in applied:
-            continue
-        for statement in _split(cql.replace("{keyspace}", keyspace)):
-            await _with_retry(session, statement)
-        await _with_retry(
-            session,
-            f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
-            (version, datetime.now(UTC)),
-        )
-        log.info("cassandra: applied migration %d to %s", version, keyspace)
+    await _with_retry(
+        session,
+        f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_lock (name text PRIMARY KEY, holder text, since timestamp) "
+        f"WITH ID = {_table_id(keyspace, 'schema_lock')}",
+    )
+    async with _lease(session, keyspace, len(migrations), lock_timeout_s) as held:
+        if not held:  # another migrator brought it to this version meanwhile
+            return await _agree(session, keyspace)
+        applied = await _applied(session, keyspace)
+        for version, cql in enumerate(migrations, start=1):
+            if version in applied:
+                continue
+            for statement in _split(cql.replace("{keyspace}", keyspace)):
+                await _with_retry(session, statement)
+            await _with_retry(
+                session,
+                f"INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (%s, %s)",
+                (version, datetime.now(UTC)),
+            )
+            log.info("cassandra: applied migration %d to %s", version, keyspace)
+        await _agree(session, keyspace)
+
+
+async def schema_version(session: Session, keyspace: str) -> int:
+    """The highest version ``v`` such that migrations 1..v are all recorded
+    (0 for a keyspace or table that does not exist yet)."""
+    applied = await _applied(session, keyspace)
+    version = 0
+    while version + 1 in applied:
+        version += 1
+    return version
+
+
+async def wait_for_version(session: Session, keyspace: str, wanted: int, timeout_s: float) -> None:
+    """Return once ``keyspace`` is at schema version ``wanted`` or later (no
+    DDL); ``Unavailable`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    logged = -1
+    while (version := await schema_version(session, keyspace)) < wanted:
+        if version != logged:
+            log.warning("cassandra: %s is at schema version %d, waiting for %d (the migrate job)", keyspace, version, wanted)
+            logged = version
+        if time.monotonic() > deadline:
+            raise Unavailable(f"cassandra: {keyspace} still at schema version {version} after {timeout_s:.0f} s; {wanted} needed")
+        await asyncio.sleep(POLL_S)
+    await _agree(session, keyspace)
+
+
+async def _applied(session: Session, keyspace: str) -> set[int]:
+    meta = session.cluster.metadata.keyspaces.get(keyspace)
+    if meta is None or "schema_migrations" not in meta.tables:  # not created yet (the driver's schema events keep this current)
+        return set()
+    try:
+        rows = await execute(session, f"SELECT version FROM {keyspace}.schema_migrations", name="migrate")
+    except InvalidRequest:  # dropped since
+        return set()
+    return {int(row.version) for row in rows}
+
+
+async def _agree(session: Session, keyspace: str) -> None:
     agreed = await asyncio.to_thread(session.cluster.control_connection.wait_for_schema_agreement)
     if agreed is False:
-        raise Unavailable(f"cassandra: no schema agreement after migrating {keyspace}")
+        raise Unavailable(f"cassandra: no schema agreement on {keyspace}")
+
+
+def _table_id(keyspace: str, table: str) -> uuid.UUID:
+    """The same id for one table name everywhere, so concurrent creations agree."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"fanline:{keyspace}.{table}")
+
+
+@contextlib.asynccontextmanager
+async def _lease(session: Session, keyspace: str, wanted: int, timeout_s: float) -> AsyncIterator[bool]:
+    """Hold the keyspace's migration lease; yields False instead if the
+    schema reaches ``wanted`` while waiting for it."""
+    holder = f"{uuid.uuid4()}"
+    take = (
+        f"INSERT INTO {keyspace}.schema_lock (name, holder, since) VALUES ('migrate', %s, %s) "
+        f"IF NOT EXISTS USING TTL {LEASE_TTL_S}"
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        taken, current = await execute_lwt(session, take, (holder, datetime.now(UTC)), name="migrate_lock")
+        if taken:
+            break
+        if await schema_version(session, keyspace) >= wanted:
+            yield False
+            return
+        if time.monotonic() > deadline:
+            raise Unavailable(f"cassandra: {keyspace}'s migration lease is held by {getattr(current, 'holder', '?')}")
+        log.info("cassandra: %s is being migrated by %s; waiting", keyspace, getattr(current, "holder", "?"))
+        await asyncio.sleep(POLL_S)
+    renew = f"UPDATE {keyspace}.schema_lock USING TTL {LEASE_TTL_S} SET holder = %s WHERE name = 'migrate' IF holder = %s"
+
+    async def renewing() -> None:
+        while True:
+            await asyncio.sleep(LEASE_RENEW_S)
+            await execute_lwt(session, renew, (holder, holder), name="migrate_lock")
+
+    renewer = asyncio.create_task(renewing())
+    try:
+        yield True
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await renewer
+        with contextlib.suppress(Exception):
+            await execute_lwt(
+                session,
+                f"DELETE FROM {keyspace}.schema_lock WHERE name = 'migrate' IF holder = %s",
+                (holder,),
+                name="migrate_lock",
+            )
 
 
 async def _with_retry(session: Session, statement: str, params: Any = None) -> Any:

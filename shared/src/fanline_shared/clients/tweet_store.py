@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..http_client import BACKGROUND, BULK, PRIORITY_HEADER, PeerClient
@@ -42,17 +42,35 @@ class TweetStoreClient(PeerClient):
         return await self.call("DELETE", f"/internal/tweets/{tweet_id}", operation="delete_tweet", params={"actor": actor})
 
     async def timeline(
-        self, kind: str, owner: str | None, limit: int, before: str | None, since: str | None = None
+        self,
+        kind: str,
+        owner: str | None,
+        limit: int,
+        before: str | None,
+        since: str | None = None,
+        *,
+        sids: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         """``kind`` is "home", "user" or "public"; returns items (tweets) and
-        next. ``since``: only tweets strictly newer than that id."""
+        next. ``since``: only tweets strictly newer than that id. ``sids``:
+        bounds by status id instead (``max_sid``, ``since_sid``, ``min_sid``:
+        Mastodon's max_id, since_id, min_id; tweet-store's sids.py)."""
         params: dict[str, Any] = {"limit": limit}
         if before:
             params["before"] = before
         if since:
             params["since"] = since
+        for name, value in (sids or {}).items():
+            params[name] = value
         path = {"home": f"/internal/home/{owner}", "user": f"/internal/userline/{owner}", "public": "/internal/public"}[kind]
         return await self.call("GET", path, operation=f"timeline_{kind}", params=params)
+
+    async def get_status(self, sid: str) -> dict[str, Any]:
+        """The tweet with this status id (404 for an id no minted tweet has)."""
+        return await self.call("GET", f"/internal/statuses/{sid}", operation="get_status")
+
+    async def delete_status(self, sid: str, actor: str) -> dict[str, Any]:
+        return await self.call("DELETE", f"/internal/statuses/{sid}", operation="delete_status", params={"actor": actor})
 
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         body = await self.call("GET", "/internal/counts", operation="counts", params={"usernames": ",".join(usernames)})

@@ -12,7 +12,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from ..http_server import configure_logging, serve
@@ -35,8 +35,9 @@ class StorageService(Generic[C]):
         return self.settings.SERVICE
 
     async def migrate(self, settings: C) -> None:
-        """Create or migrate the schema (``start`` is idempotent) and disconnect."""
-        storage = self.open_storage(settings)
+        """Create or migrate the schema (``start`` is idempotent) and
+        disconnect; whatever ``FANLINE_SCHEMA_AT_START`` says, this migrates."""
+        storage = self.open_storage(replace(settings, storage=replace(settings.storage, schema_at_start="migrate")))
         await storage.start()
         await storage.close()
 

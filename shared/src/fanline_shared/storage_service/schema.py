@@ -12,8 +12,9 @@ lands at the end of every list it belongs to.
 Revisions so far: 1 the first schema and the outbox tables; 2 the outbox's
 ``published`` flag (SQLite); 3 the services' deleted-tweet, hybrid-home and
 activity tables; 4 the outbox's request id; 5 outbox rows that never expire
-(Cassandra); 6 the relay lease. ``tests/unit/test_storage_schema.py`` pins
-the composed lists.
+(Cassandra); 6 the relay lease; 7 the Mastodon-compatible API's tables
+(status-id slots; account ids, emails, token grants, OAuth apps and codes).
+``tests/unit/test_storage_schema.py`` pins the composed lists.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@
     fanline dlq replay [--limit N] [--reason R] [--dry-run]
     fanline rebuild-home USERNAME
     fanline sample-data --users N --follows-per-user K --tweets-per-user M [--api URL]
+    fanline backup DIR [--service social-graph|tweet-store]
+    fanline restore DIR [--replace] [--service social-graph|tweet-store]
 
 Settings come from the same environment variables as the services
 (``FANLINE_BACKEND``, ``FANLINE_CASSANDRA_*``, ``FANLINE_KAFKA_BOOTSTRAP``,
@@ -13,21 +15,23 @@ Settings come from the same environment variables as the services
 ``FANLINE_TWEET_STORE_URL``, ...; README.md lists them), read once here and
 passed down. Exit codes: 0 done, 1 a check failed (``topics verify``),
 2 a dependency was unavailable or refused the request.
-See docs/operations.md.
+See docs/operations/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from fanline_shared.config import ConfigError, Env, KafkaSettings, PeerSettings
+from fanline_shared.config import ConfigError, Env, KafkaSettings, PeerSettings, StorageSettings
 from fanline_shared.errors import DomainError
 
 from . import __version__
@@ -37,6 +41,13 @@ STORAGE_SERVICES = ("social-graph", "tweet-store")
 
 async def _migrate(environ: Mapping[str, str], services: Sequence[str]) -> None:
     # The services' own code paths, so the CLI can never drift from them.
+    for service in services:
+        module = "fanline_" + service.replace("-", "_")
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"fanline migrate needs the {service} package ({module}): pip install 'fanline-cli[migrate]', "
+                "or run the service image's `migrate` (the Kubernetes migrate Jobs do)"
+            )
     from fanline_social_graph.__main__ import SERVICE as SOCIAL_GRAPH
     from fanline_tweet_store.__main__ import SERVICE as TWEET_STORE
 
@@ -124,6 +135,25 @@ def cmd_sample_data(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     return 0
 
 
+def cmd_backup(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from .backup import BackupError, backup, restore
+
+    settings = StorageSettings.from_env(Env(environ))
+    services = [args.service] if args.service else list(STORAGE_SERVICES)
+    try:
+        if args.command == "backup":
+            reports = backup(settings, services, Path(args.directory))
+        else:
+            reports = restore(settings, services, Path(args.directory), replace=args.replace)
+    except BackupError as exc:
+        print(f"fanline {args.command}: {exc}", file=sys.stderr)
+        return 1
+    verb = "backed up" if args.command == "backup" else "restored"
+    for report in reports:
+        print(report.line(verb))
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -139,7 +169,7 @@ def _non_negative(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fanline", description="Fanline operator commands (docs/operations.md).")
+    p = argparse.ArgumentParser(prog="fanline", description="Fanline operator commands (docs/operations/cli.md).")
     p.add_argument("--version", action="version", version=f"fanline {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -176,6 +206,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help="random seed, for a repeatable follow graph and texts")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_sample_data)
+
+    b = sub.add_parser("backup", help="copy the storage services' data (either backend) into a new directory")
+    b.add_argument("directory", help="where to write the backup (absent or empty)")
+    b.add_argument("--service", choices=STORAGE_SERVICES, help="only this service (default: both)")
+    b.set_defaults(func=cmd_backup)
+
+    rs = sub.add_parser("restore", help="write a backup into this deployment (stop social-graph and tweet-store first)")
+    rs.add_argument("directory", help="a directory `fanline backup` wrote")
+    rs.add_argument("--service", choices=STORAGE_SERVICES, help="only this service (default: both)")
+    rs.add_argument("--replace", action="store_true", help="drop the existing keyspaces or files first")
+    rs.set_defaults(func=cmd_backup)
     return p
 
 

@@ -335,6 +335,8 @@ def change_follow(follow: bool) -> PageHandler:
 
 def routes(settings: Settings) -> list[BaseRoute]:
     """The web pages and their static files, to add to the gateway's routes."""
+    from . import authorize
+
     web = Web(settings)
     return [
         page(web, "/", home),
@@ -351,5 +353,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
         page(web, "/u/{username}/following", edges_page("following")),
         page(web, "/u/{username}/follow", change_follow(True), ("POST",)),
         page(web, "/u/{username}/unfollow", change_follow(False), ("POST",)),
+        # The OAuth authorization page and Mastodon's account and status URLs.
+        *authorize.routes(web),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -14,7 +14,7 @@ from fanline_shared.config import StorageSettings
 from fanline_shared.outbox.ports import Outbox
 from fanline_shared.storage_service.storage import Backends, Lifecycle, StorageLifecycle
 
-from ..ports import ActivityRepository, FollowRepository, SessionRepository, UserRepository
+from ..ports import ActivityRepository, FollowRepository, OAuthRepository, SessionRepository, UserRepository
 
 OWNER = "social_graph"
 
@@ -29,6 +29,7 @@ class SocialGraphStorage(StorageLifecycle):
     outbox: Outbox
     engine: Lifecycle = field(repr=False)
     activity: ActivityRepository = field(repr=False)
+    oauth: OAuthRepository = field(repr=False)  # apps and codes of the Mastodon-compatible API
 
 
 BACKENDS = Backends[SocialGraphStorage](__name__, embedded=".sqlite", cassandra=".cassandra")

@@ -15,7 +15,7 @@ from fanline_shared.outbox.ports import Outbox
 from fanline_shared.storage_service.storage import Backends, Lifecycle, StorageLifecycle
 
 from ..home_writes import HomeWrites
-from ..ports import HomeTimelineRepository, LargeAccountRegistry, TweetRepository
+from ..ports import HomeTimelineRepository, IdSlots, LargeAccountRegistry, TweetRepository
 
 OWNER = "tweet_store"
 
@@ -29,6 +29,7 @@ class TweetStoreStorage(StorageLifecycle):
     outbox: Outbox
     engine: Lifecycle = field(repr=False)
     large: LargeAccountRegistry = field(repr=False)
+    slots: IdSlots = field(repr=False)  # who may mint status ids (sids.py)
 
 
 BACKENDS = Backends[TweetStoreStorage](__name__, embedded=".sqlite", cassandra=".cassandra")

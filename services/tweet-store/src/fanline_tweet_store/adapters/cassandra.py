@@ -36,6 +36,10 @@ Deletion mirrors this, and its batch also deletes the ``tweets`` row with a
 client timestamp past the row's write time: an unkeyed tweet is a plain
 INSERT stamped by tweet-store's clock, which an LWT (stamped by Cassandra's)
 cannot be relied on to shadow.
+
+Past 400 lines on purpose: the keyspace's schema beside the tweet and
+timeline statements it shapes; home timelines are ``cassandra_home.py``, the
+id-slot leases ``cassandra_slots.py``.
 """
 
 from __future__ import annotations
@@ -69,11 +73,15 @@ from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
 from .cassandra_home import CassandraHomeTimeline, CassandraLargeAccounts
 from .cassandra_schema import MIGRATIONS
+from .cassandra_slots import CassandraIdSlots
 
 MINUTES_PER_DAY = 1440
 _LOOKUP_CONCURRENCY = 64
 _MINUTE_WINDOW_MAX = 16  # public-timeline minute buckets read at once
 _DAYS_PAGE = 32
+# Below every timeuuid in Cassandra's order (time 0; lsb bytes 0x80 are the
+# smallest signed bytes): the floor of an ascending read from the start.
+_MIN_TIMEUUID = uuid.UUID("00000000-0000-1000-8080-808080808080")
 
 
 def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
@@ -126,6 +134,22 @@ class CassandraTweets(Repository):
         self._minutes_of_day = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? LIMIT ?")
         self._minutes_before = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute < ? LIMIT ?")
         self._days_before = p(session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day < ? LIMIT ?")
+        # Ascending (min_id pages): the same partitions read oldest first.
+        self._userline_after = p(
+            session,
+            f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id > ? ORDER BY tweet_id ASC LIMIT ?",
+        )
+        self._public_minute_asc = p(
+            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? ORDER BY tweet_id ASC LIMIT ?"
+        )
+        self._public_minute_after = p(
+            session,
+            f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id > ? ORDER BY tweet_id ASC LIMIT ?",
+        )
+        self._minutes_after = p(
+            session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute > ? ORDER BY minute ASC LIMIT ?"
+        )
+        self._days_after = p(session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day > ? ORDER BY day ASC LIMIT ?")
         self._reserve = p(
             session,
             f"INSERT INTO {ks}.idempotency (username_lc, key, tweet_id, body) VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
@@ -311,16 +335,52 @@ class CassandraTweets(Repository):
             day_cursor = days[-1].day
         return ids[:limit]
 
-    async def _read_minutes(self, minutes: list[int], need: int) -> list[uuid.UUID]:
+    async def userline_after(self, username: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        floor = after if after is not None else _MIN_TIMEUUID
+        rows = await execute(self._session, self._userline_after, (canonical(username), floor, limit), name="userline_after")
+        return [r.tweet_id for r in rows]
+
+    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """Walk minute buckets oldest first: the bucket of ``after`` (ids above
+        it), the later non-empty minutes of its day, then later days."""
+        if limit <= 0:
+            return []
+        ids: list[uuid.UUID] = []
+        day_cursor = -1
+        if after is not None:
+            day, minute = public_bucket(after)
+            rows = await execute(self._session, self._public_minute_after, (minute, after, limit), name="public_minute")
+            ids.extend(r.tweet_id for r in rows)
+            if len(ids) < limit:
+                minutes = await execute(self._session, self._minutes_after, (day, minute, MINUTES_PER_DAY), name="public_minutes")
+                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids), ascending=True))
+            day_cursor = day
+        while len(ids) < limit:
+            days = await execute(self._session, self._days_after, (day_cursor, _DAYS_PAGE), name="public_days")
+            for row in days:
+                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY), name="public_minutes")
+                oldest_first = sorted(m.minute for m in minutes)
+                ids.extend(await self._read_minutes(oldest_first, limit - len(ids), ascending=True))
+                if len(ids) >= limit:
+                    break
+            if len(days) < _DAYS_PAGE:
+                break
+            day_cursor = days[-1].day
+        return ids[:limit]
+
+    async def _read_minutes(self, minutes: list[int], need: int, *, ascending: bool = False) -> list[uuid.UUID]:
         """Newest-first ids from these minute buckets (given newest first),
-        reading a growing window of buckets concurrently until ``need``."""
+        reading a growing window of buckets concurrently until ``need``;
+        with ``ascending``, oldest-first ids from buckets given oldest first."""
         found: list[uuid.UUID] = []
         start, window = 0, 1
         while start < len(minutes) and len(found) < need:
             chunk = minutes[start : start + window]
             results = await execute_concurrent(
                 self._session,
-                self._public_minute,
+                self._public_minute_asc if ascending else self._public_minute,
                 [(m, need - len(found)) for m in chunk],
                 name="public_minute",
                 concurrency=len(chunk),
@@ -354,4 +414,5 @@ def build(settings: StorageSettings, writes: HomeWrites, busy: Callable[[], bool
         outbox=outbox,
         engine=keyspace,
         large=CassandraLargeAccounts(keyspace),
+        slots=CassandraIdSlots(keyspace),
     )

@@ -43,6 +43,8 @@ from ..limiter import AdaptiveLimit
 from ..ports import HomeWindow
 
 _BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
+# Below every timeuuid in Cassandra's order: the floor of an ascending read from the start.
+_MIN_TIMEUUID = uuid.UUID("00000000-0000-1000-8080-808080808080")
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
@@ -72,6 +74,10 @@ class CassandraHomeTimeline(Repository):
             session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?"
         )
         self._horizon = prepare(session, f"SELECT horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT 1")
+        self._slice_after = prepare(
+            session,
+            f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id > ? ORDER BY tweet_id ASC LIMIT ?",
+        )
         # Trimming: one range tombstone below the oldest kept row, and the
         # horizon written with the *boundary tweet's* time as its write
         # timestamp, so the highest horizon wins whatever order trims land in.
@@ -179,6 +185,17 @@ class CassandraHomeTimeline(Repository):
         # A partition holding only its static horizon answers one row whose
         # tweet_id is null.
         return HomeWindow([r.tweet_id for r in rows if r.tweet_id is not None], rows[0].horizon if rows else None)
+
+    async def window_after(self, owner: str, limit: int, after: uuid.UUID | None) -> HomeWindow:
+        if limit <= 0:
+            return HomeWindow([], None)
+        owner_lc = canonical(owner)
+        floor = after if after is not None else _MIN_TIMEUUID
+        rows = await execute(self._session, self._slice_after, (owner_lc, floor, limit), name="home_slice_after")
+        if not rows:
+            rows = await execute(self._session, self._horizon, (owner_lc,), name="home_horizon")
+            return HomeWindow([], rows[0].horizon if rows else None)
+        return HomeWindow([r.tweet_id for r in rows if r.tweet_id is not None], rows[0].horizon)
 
     async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
         owner_lc = canonical(owner)

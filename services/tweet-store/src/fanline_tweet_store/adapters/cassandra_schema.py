@@ -76,5 +76,18 @@ CREATE TABLE IF NOT EXISTS {keyspace}.large_accounts (
 );
 """
 
+# The leases of the 64 status-id slots (``ports.IdSlots``, ``cassandra_slots.py``).
+ID_SLOTS_MIGRATION = """
+CREATE TABLE IF NOT EXISTS {keyspace}.id_slots (
+    slot int PRIMARY KEY,
+    holder text
+) WITH gc_grace_seconds = 3600;
+"""
+
 # Composed with the outbox's by ``Keyspace`` (``storage_service.schema``).
-MIGRATIONS = (Migration(1, SCHEMA), Migration(3, DELETED_MIGRATION), Migration(3, HYBRID_MIGRATION))
+MIGRATIONS = (
+    Migration(1, SCHEMA),
+    Migration(3, DELETED_MIGRATION),
+    Migration(3, HYBRID_MIGRATION),
+    Migration(7, ID_SLOTS_MIGRATION),
+)

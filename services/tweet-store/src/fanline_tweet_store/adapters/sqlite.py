@@ -29,7 +29,8 @@ from fanline_shared.storage_service.sqlite_engine import SqliteEngine
 
 from ..home_writes import HomeWrites
 from . import OWNER, TweetStoreStorage
-from .sqlite_home import SqliteHomeTimeline, SqliteLargeAccounts, before_key
+from .sqlite_home import SqliteHomeTimeline, SqliteLargeAccounts, after_key, before_key
+from .sqlite_slots import SqliteIdSlots
 
 _PURGE_EVERY = 512  # idempotency reservations between purges of expired keys
 _PURGE_BATCH = 5000
@@ -95,8 +96,24 @@ CREATE TABLE IF NOT EXISTS large_accounts (
 ) WITHOUT ROWID;
 """
 
+# The leases of the 64 status-id slots (``ports.IdSlots``, ``sqlite_slots.py``):
+# one row per slot held, taken when absent or expired (by this machine's
+# clock, shared by every process on the file).
+ID_SLOTS_MIGRATION = """
+CREATE TABLE IF NOT EXISTS id_slots (
+    slot INTEGER PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+
 # Composed with the outbox's by the engine (``storage_service.schema``).
-MIGRATIONS = (Migration(1, SCHEMA), Migration(3, DELETED_MIGRATION), Migration(3, HYBRID_MIGRATION))
+MIGRATIONS = (
+    Migration(1, SCHEMA),
+    Migration(3, DELETED_MIGRATION),
+    Migration(3, HYBRID_MIGRATION),
+    Migration(7, ID_SLOTS_MIGRATION),
+)
 
 _COUNT = (
     "INSERT INTO tweet_counts (username_lc, tweets) VALUES (?, ?) "
@@ -234,6 +251,31 @@ class SqliteTweets:
 
         return await self.db.run(read, name="public", write=False)
 
+    async def userline_after(self, username: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        params = (canonical(username), after_key(after), limit)
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute(
+                "SELECT tweet_id FROM tweets WHERE username_lc = ? AND sort_key > ? ORDER BY sort_key ASC LIMIT ?",
+                params,
+            )
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="userline_after", write=False)
+
+    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        if limit <= 0:
+            return []
+        params = (after_key(after), limit)
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute("SELECT tweet_id FROM tweets WHERE sort_key > ? ORDER BY sort_key ASC LIMIT ?", params)
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="public_after", write=False)
+
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         names = list(dict.fromkeys(canonical(u) for u in usernames))
         if not names:
@@ -257,4 +299,5 @@ def build(settings: StorageSettings, writes: HomeWrites, busy: Callable[[], bool
         outbox=SqliteOutbox(db),
         engine=SqliteEngine(db, MIGRATIONS, after_migrate=home.purge),
         large=SqliteLargeAccounts(db),
+        slots=SqliteIdSlots(db),
     )

@@ -24,6 +24,11 @@ _PURGE_BATCH = 5000
 _MAX_KEY = "g"  # sorts after every (hex) sort key
 
 
+def after_key(after: uuid.UUID | None) -> str:
+    """The sort key strictly above which an oldest-first read starts."""
+    return "" if after is None else timeuuid_sort_key(after)
+
+
 def before_key(before: uuid.UUID | None) -> str:
     """The sort-key bound of a page strictly older than ``before``."""
     return _MAX_KEY if before is None else timeuuid_sort_key(before)
@@ -129,6 +134,24 @@ class SqliteHomeTimeline:
             return HomeWindow(ids, uuid.UUID(meta[0]) if meta and meta[0] else None)
 
         return await self.db.run(read, name="home_slice", write=False)
+
+    async def window_after(self, owner: str, limit: int, after: uuid.UUID | None) -> HomeWindow:
+        if limit <= 0:
+            return HomeWindow([], None)
+        owner_lc = canonical(owner)
+        params = (owner_lc, after_key(after), now_ms(), limit)
+
+        def read(conn: sqlite3.Connection) -> HomeWindow:
+            rows = conn.execute(
+                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key > ? AND expires_at > ? "
+                "ORDER BY sort_key ASC LIMIT ?",
+                params,
+            )
+            ids = [uuid.UUID(r[0]) for r in rows]
+            meta = conn.execute("SELECT horizon FROM home_meta WHERE owner_lc = ?", (owner_lc,)).fetchone()
+            return HomeWindow(ids, uuid.UUID(meta[0]) if meta and meta[0] else None)
+
+        return await self.db.run(read, name="home_slice_after", write=False)
 
     async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
         owner_lc = canonical(owner)
