@@ -62,7 +62,8 @@ COPY --from=builder /opt/venv /opt/venv
 WORKDIR /app
 # Bind all interfaces inside a container; each service reads only its own
 # FANLINE_<SERVICE>_HOST. (No EXPOSE: it cannot depend on SERVICE's value;
-# compose publishes the api's port and k8s declares each containerPort.)
+# compose publishes the api's port and k8s declares each containerPort, and
+# each service's /metrics port, the port + 50.)
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -26,9 +26,12 @@ STRESS_VERSION      := 4.0-alpha2
 # NODES=3: a three-node Cassandra cluster and three Kafka brokers on 127.0.0.11-13
 # (state in .infra-cluster/, ports 9142/9192), beside the single-node pair.
 NODES  ?= 1
-INFRA  := FANLINE_INFRA_NODES=$(NODES) $(PYTHON) -m deploy.local.infra
+# SECURE=1: the single-node pair with TLS (client certificates), SASL SCRAM-SHA-512
+# and PasswordAuthenticator (state in .infra-secure/, ports 9242/9292), beside the plain one.
+SECURE ?= 0
+INFRA  := FANLINE_INFRA_NODES=$(NODES) FANLINE_INFRA_SECURE=$(SECURE) $(PYTHON) -m deploy.local.infra
 
-.PHONY: help venv dev run run-real infra-up infra-down infra-status test soak test-fast lint fmt clean browser ops-tools images
+.PHONY: help venv dev run run-real infra-up infra-down infra-status test soak test-fast lint fmt clean browser ops-tools proxy-tools images
 
 help:  ## list the commands
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -49,7 +52,7 @@ dev: $(STAMP)  ## the development tools: tests, lint, Playwright, validators, pl
 run: $(RUN_STAMP)  ## run everything on the embedded default; API on http://127.0.0.1:8000 (installs only what running needs)
 	$(BIN)/python -m deploy.local.system
 
-infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; Maven download on first use)
+infra-up:  ## start real Cassandra + Kafka on loopback (NODES=3: a cluster of each; SECURE=1: TLS + auth; Maven download on first use)
 	$(INFRA) up
 
 infra-down:  ## stop them
@@ -58,13 +61,20 @@ infra-down:  ## stop them
 infra-status:  ## are they running?
 	$(INFRA) status
 
-run-real: $(RUN_STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster)
+run-real: $(RUN_STAMP) infra-up  ## run the services against the real Cassandra + Kafka (NODES=3: the cluster; SECURE=1: TLS + auth)
 	set -a && eval "$$($(INFRA) env)" && set +a && $(BIN)/python -m deploy.local.system --real
 
 browser:  ## Debian's Chromium for the browser tests (Playwright never downloads one)
 	@if [ -x /usr/bin/chromium ]; then echo "chromium: $$(/usr/bin/chromium --version 2>/dev/null | head -1)"; \
 	else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; fi
+
+proxy-tools:  ## Debian's nginx and redis-server for the proxy test (tests/e2e/test_proxy.py; never started as services); idempotent
+	@if command -v nginx >/dev/null || [ -x /usr/sbin/nginx ]; then :; else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nginx; fi
+	@if command -v redis-server >/dev/null; then :; else SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends redis-server; fi
+	@echo "proxy tools: $$(PATH=$$PATH:/usr/sbin nginx -v 2>&1), $$(redis-server --version | cut -d' ' -f1-3)"
 
 # The Pod Security Standard evaluator of the API server, as a command (tests/ops/psa).
 $(BIN)/psa-check: tests/ops/psa/main.go tests/ops/psa/go.mod tests/ops/psa/go.sum | $(STAMP)
@@ -79,7 +89,7 @@ ops-tools: $(STAMP) $(BIN)/psa-check  ## promtool + prometheus (Debian), kubecon
 	  && mv $(BIN)/kustomize $(BIN)/kustomize-$(KUSTOMIZE_VERSION) && ln -sf kustomize-$(KUSTOMIZE_VERSION) $(BIN)/kustomize; }
 	@echo "ops tools: $$(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), kubeconform $(KUBECONFORM_VERSION), kustomize $(KUSTOMIZE_VERSION), psa-check"
 
-test: $(STAMP) browser ops-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
+test: $(STAMP) browser ops-tools proxy-tools  ## every test; REQUIRE_REAL_INFRA=1 makes the real-engine tests mandatory
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)  # waiting overlaps work: see the docstring
 
 soak: $(STAMP)  ## the documented soak alone: FANLINE_SOAK_S (default 600 s) of steady mixed load on the real engines

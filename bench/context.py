@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import httpx
 
 from deploy.local.infra import LocalInfra
+from deploy.local.system import metrics_url_of
 from fanline_shared import cassandra as cql
 from fanline_shared.config import Env, StorageSettings
 
@@ -181,7 +182,7 @@ class Ctx:
 
     def rows_by_worker(self) -> dict[str, float]:
         """Each answering worker's ``fanline_timeline_rows_written_total``."""
-        urls = {n: f"http://127.0.0.1:{self.system.worker_ports[n]}/metrics" for n in self.system.running_workers()}
+        urls = {n: metrics_url_of(self.system.worker_ports[n]) for n in self.system.running_workers()}
         totals = {n: probes.total(probes.scrape(url), "fanline_timeline_rows_written_total") for n, url in urls.items()}
         return {n: v for n, v in totals.items() if v is not None}
 

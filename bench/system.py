@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.local.system import MODULES, System, child_setup
+from deploy.local.system import MODULES, System, child_setup, metrics_url_of
 
 from . import probes
 
@@ -142,7 +142,17 @@ class BenchSystem(System):
         """Process -> its /metrics: the gateway, the two stores and every worker."""
         ports = {s: self.ports[s] for s in ("api", "social-graph", "tweet-store")}
         ports |= {n: self.worker_ports.get(n, self.ports[WORKER]) for n in self.running_workers()}  # start(): one worker
-        return {n: f"http://127.0.0.1:{port}/metrics" for n, port in ports.items()}
+        return {n: metrics_url_of(port) for n, port in ports.items()}
+
+
+def metrics_url(port: int) -> str:
+    """The /metrics of the process on ``port``: its metrics port if it answers
+    there, else its own port (a checkout from before metrics had a port)."""
+    try:
+        with urllib.request.urlopen(metrics_url_of(port), timeout=2):
+            return metrics_url_of(port)
+    except OSError:
+        return f"http://127.0.0.1:{port}/metrics"
 
 
 def checkout(ref: str, log: Callable[[str], None]) -> tuple[Path, str]:
@@ -192,8 +202,10 @@ class CliSystem:
         return out
 
     def metrics_urls(self) -> dict[str, str]:
+        """Each service's /metrics: on its metrics port (its port + 50) where the
+        checkout serves one, else on its port (refs before issue 29)."""
         names = ("api", "social-graph", "tweet-store", WORKER)
-        return {s: f"http://127.0.0.1:{self.base_port + i}/metrics" for i, s in enumerate(names)}
+        return {s: metrics_url(self.base_port + i) for i, s in enumerate(names)}
 
     def stop(self, timeout: float = 60) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -36,7 +36,7 @@ async def post_latency(ctx: Ctx, p: dict[str, Any]) -> None:
     done = -await ctx.rows_written()  # rows the workers wrote in the phase, across restarts (each counts from zero)
     offered = sum(n + 1 for n in groups) * p["rounds"] + len(curve)  # the warm-ups (the curve's: the author's own row)
     own, last, speeds = {n: Sent() for n in groups}, dict[str, str](), list[float | None]()
-    services = {n: ctx.system.url(n) + "/metrics" for n in ("api", "tweet-store", "social-graph")}
+    services = {n: ctx.system.metrics_url(n) for n in ("api", "tweet-store", "social-graph")}
     before = await asyncio.to_thread(lambda: {n: probes.scrape(url) for n, url in services.items()})
     for r, kind in stats.interleaved(list(SYSTEMS), p["rounds"]):
         if kind == "stopped":  # and stays stopped through the baseline's block

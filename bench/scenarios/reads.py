@@ -86,7 +86,7 @@ async def read_path(ctx: Ctx, p: dict[str, Any]) -> None:
         for kind in ("api", "raw_session", "raw_cached", *(["mastodon"] if "mastodon" in kinds else [])):
             await call(kind, reader)
     raw.hits = raw.misses = 0
-    before = await asyncio.to_thread(probes.scrape, url := ctx.system.url("tweet-store") + "/metrics")
+    before = await asyncio.to_thread(probes.scrape, url := ctx.system.metrics_url("tweet-store"))
     say(f"read path: {', '.join(kinds)} at {p['rate']:g}/s, {p['rounds']} rounds of {p['block_s']:g} s blocks")
     got = await blocks(dict.fromkeys(kinds, ctx.home_readers), p["rounds"], p["rate"], p["block_s"], call)
     after = await asyncio.to_thread(probes.scrape, url)

@@ -45,6 +45,9 @@ FANOUT_REPLICAS = {
     FANOUT_GRAPH_REPLICA: ("social-graph", 4, "FANLINE_SOCIAL_GRAPH_URL", "FANLINE_SOCIAL_GRAPH_PORT"),
     FANOUT_REPLICA: ("tweet-store", 5, "FANLINE_TWEET_STORE_URL", "FANLINE_TWEET_STORE_PORT"),
 }
+# Every process serves /metrics on its port + this, and only there
+# (fanline_shared.config.METRICS_PORT_OFFSET; the services' default).
+METRICS_PORT_OFFSET = 50
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -142,6 +145,10 @@ class System:
     def url(self, service: str = "api") -> str:
         return f"http://127.0.0.1:{self.ports[service]}"
 
+    def metrics_url(self, service: str = "api") -> str:
+        """Where ``service`` serves ``/metrics`` (its metrics port, never ``url``)."""
+        return metrics_url_of(self.ports[service])
+
     def internal_headers(self) -> dict[str, str]:
         """What a caller of an ``/internal`` route must send (tests, tools)."""
         return {"X-Fanline-Internal-Token": self.internal_token}
@@ -215,11 +222,12 @@ class System:
         """Gateway replica ``index`` (1, 2, ...) listens on base + 5 + index."""
         return f"http://127.0.0.1:{self.base_port + 5 + index}"
 
-    def start_api_replica(self, index: int, timeout: float = 60) -> str:
-        """Another gateway process with the same settings on its own port (a
-        second replica behind a load balancer); stopped with the rest."""
+    def start_api_replica(self, index: int, timeout: float = 60, env: dict[str, str] | None = None) -> str:
+        """Another gateway process with the same settings (plus ``env``) on its
+        own port (a second replica behind a load balancer); stopped with the rest."""
         name = f"api-{index}"
-        self._spawn(name, [self.python, "-m", MODULES["api"]], {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]})
+        port = {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]}
+        self._spawn(name, [self.python, "-m", MODULES["api"]], {**(env or {}), **port})
         deadline = time.monotonic() + timeout
         while not _http_ok(self.replica_url(index) + "/readyz"):
             proc = self.procs[name]
@@ -267,6 +275,7 @@ class System:
         """Fail fast, naming the port, if something already listens there
         (typically another `make run`)."""
         wanted = dict(self.ports)
+        wanted.update({f"{name} metrics": port + METRICS_PORT_OFFSET for name, port in self.ports.items()})
         if self.kafka_bootstrap is None:
             wanted["broker"] = self.broker_port
         for name, port in wanted.items():
@@ -320,6 +329,11 @@ class System:
                     except ProcessLookupError:
                         pass
                     proc.wait(5)
+
+
+def metrics_url_of(port: int) -> str:
+    """The ``/metrics`` URL of a process listening on ``port`` (any replica)."""
+    return f"http://127.0.0.1:{port + METRICS_PORT_OFFSET}/metrics"
 
 
 def _http_ok(url: str) -> bool:
@@ -414,13 +428,13 @@ def main() -> int:
         system.start()
         extra = [system.start_api_replica(i) for i in range(1, args.api_replicas)]
         print("\nFanline is up:")
-        print(f"  API gateway     {system.url('api')}   (try {system.url('api')}/v1/public)")
+        print(f"  API gateway     {system.url('api')}   (try {system.url('api')}/v1/public; {system.metrics_url('api')})")
         for url in extra:
             print(f"  API replica     {url}")
         print(f"  OpenAPI         {system.url('api')}/openapi.json")
         for name in ("social-graph", "tweet-store", *(FANOUT_REPLICAS if system.fanout_replica else ()), "fanout-worker"):
             nice = f", nice {system.nice_of(name)}" if system.nice_of(name) else ""
-            print(f"  {name:<15} {system.url(name)}   (/healthz /readyz /metrics{nice})")
+            print(f"  {name:<15} {system.url(name)}   (/healthz /readyz; {system.metrics_url(name)}{nice})")
         print(f"  data            {system.data_dir}")
         print("Press Ctrl-C to stop.\n", flush=True)
         while True:

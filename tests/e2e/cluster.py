@@ -329,3 +329,98 @@ def active_controller(kafka_nodes: list[Any]) -> int:
             if epoch > best_epoch:
                 best, best_epoch = node, epoch
     return best
+
+
+def topic_config(bootstrap: str, topic: str, name: str) -> str | None:
+    """One configuration value of ``topic`` as the broker describes it."""
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    async def run() -> str | None:
+        admin = await _admin(bootstrap)
+        try:
+            configs: Any = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+            return next((e[1] for e in configs[0].resources[0][4] if e[0] == name), None)
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def isr_sizes(bootstrap: str, topic: str) -> dict[int, int]:
+    """``{partition: in-sync replicas}`` of ``topic``; {} when the broker asked
+    does not answer (one just killed is still in the metadata until fenced)."""
+    from aiokafka.errors import KafkaError
+
+    async def run() -> dict[int, int]:
+        admin = await _admin(bootstrap)
+        try:
+            described: Any = await admin.describe_topics([topic])
+            return {p["partition"]: len(p["isr"]) for p in described[0]["partitions"]}
+        finally:
+            await admin.close()
+
+    try:
+        return asyncio.run(run())
+    except (KafkaError, OSError, TimeoutError):
+        return {}
+
+
+def replicas_of(bootstrap: str, topic: str) -> dict[int, list[int]]:
+    """``{partition: replica broker ids, leader first}`` of ``topic``."""
+
+    async def run() -> dict[int, list[int]]:
+        admin = await _admin(bootstrap)
+        try:
+            described: Any = await admin.describe_topics([topic])
+            return {
+                p["partition"]: [p["leader"], *[r for r in p["replicas"] if r != p["leader"]]] for p in described[0]["partitions"]
+            }
+        finally:
+            await admin.close()
+
+    return asyncio.run(run())
+
+
+def reassign(bootstrap: str, topic: str, replicas: dict[int, list[int]]) -> None:
+    """Move ``topic``'s partitions to these replicas (AlterPartitionReassignments,
+    what kafka-reassign-partitions.sh sends). Two replicas and one of them
+    killed leave one in sync while the controller quorum stays up: a second
+    broker down would lose the three-voter quorum, one replica alone caps the
+    effective min.insync.replicas at 1 (Kafka's min(setting, replicas)), and
+    Kafka never throttles an in-sync follower out of the ISR."""
+    from aiokafka.protocol.admin import AlterPartitionReassignmentsRequest
+
+    async def run() -> None:
+        admin = await _admin(bootstrap)
+        try:
+            parts = [(p, list(r), {}) for p, r in sorted(replicas.items())]
+            response: Any = await admin._send_to_controller(AlterPartitionReassignmentsRequest(30000, [(topic, parts, {})], {}))
+            assert response.error_code == 0, (response.error_code, response.error_message)
+            for _name, partitions, _tags in response.responses:
+                for partition, error_code, message, _ in partitions:
+                    assert error_code == 0, (partition, error_code, message)
+        finally:
+            await admin.close()
+
+    asyncio.run(run())
+
+
+def produce_acks_all(bootstrap: str, topic: str) -> str:
+    """Produce one record with ``acks=all``; the error's class name, or "" if
+    acknowledged. Not idempotent, so a retriable refusal is retried until the
+    batch expires (5 s) and then raised as itself."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaError
+
+    async def run() -> str:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", request_timeout_ms=5000, retry_backoff_ms=200)
+        await producer.start()
+        try:
+            await asyncio.wait_for(producer.send_and_wait(topic, b"probe", key=b"min-isr-probe"), 20)
+            return ""
+        except (KafkaError, TimeoutError) as exc:
+            return type(exc).__name__
+        finally:
+            await producer.stop()
+
+    return asyncio.run(run())

@@ -164,7 +164,7 @@ class CountingApi(Api):
 
 def metric_sum(system: System, service: str, name: str, labels: str = "") -> float:
     """Sum of the samples of ``name`` whose label text contains ``labels``."""
-    text = httpx.get(system.url(service) + "/metrics", timeout=5).text
+    text = httpx.get(system.metrics_url(service), timeout=5).text
     total = 0.0
     for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? ([0-9.e+-]+)$", text, re.M):
         if labels in (m.group(1) or ""):

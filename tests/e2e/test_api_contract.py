@@ -416,7 +416,6 @@ def test_openapi_describes_every_route(api: Api) -> None:
         ("/v1/public", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),
-        ("/metrics", "get"),
         ("/openapi.json", "get"),
         ("/v1/streaming/home", "get"),
         ("/v1/streaming/public", "get"),

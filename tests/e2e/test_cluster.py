@@ -31,6 +31,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy.local.system import System
+from deploy.local.system import System, metrics_url_of
 
 from .client import PASSWORD, Api, eventually
 from .cluster import (
@@ -48,8 +49,12 @@ from .cluster import (
     Survived,
     active_controller,
     group_lag,
+    isr_sizes,
     partition_leaders,
+    produce_acks_all,
+    reassign,
     record,
+    replicas_of,
     setup_users,
     topic_replication,
     verify,
@@ -61,6 +66,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.real_infra, pytest.mark.e2e, pyte
 FAULT_S = float(os.environ.get("FANLINE_CLUSTER_FAULT_S", "20"))
 PAUSE_S = float(os.environ.get("FANLINE_CLUSTER_PAUSE_S", "30"))
 WARMUP_S = 5.0
+# How long the min.insync.replicas test keeps partitions at one in-sync replica, once refused.
+ONE_IN_SYNC_S = 10.0
 # A fault's signal (docs/operations/alerts.md) may come this much after the fault's
 # planned end: the gateway's producer saw a dead broker's partitions
 # under-replicated 13.8 s into a 20 s fault once (its metadata refreshes on errors
@@ -131,11 +138,16 @@ def bring_back(infra: Any, system: System, node: int) -> str:
     return f"{how} + repair"
 
 
+def metrics_of(url: str) -> str:
+    """The /metrics of the process serving ``url``: on its metrics port."""
+    return metrics_url_of(int(url.rsplit(":", 1)[1].split("/")[0]))
+
+
 def gauge(url: str, name: str, **labels: str) -> float | None:
     """One sample of a service's /metrics (None if it exports no such series)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url + "/metrics", timeout=5).text
+    text = httpx.get(metrics_of(url), timeout=5).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == name and labels.items() <= sample.labels.items():
@@ -381,6 +393,141 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
     assert failed == 0
 
 
+def metric_total(url: str, name: str, labels: str = "") -> float:
+    text = httpx.get(url, timeout=10).text
+    return sum(
+        float(m.group(2))
+        for m in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", text, re.M)
+        if labels in (m.group(1) or "")
+    )
+
+
+def test_topics_ensure_raises_min_insync_replicas_on_an_existing_topic(cluster_system: System, cluster_infra: Any) -> None:
+    """A topic that exists with a lower min.insync.replicas (the broker default
+    of most installations is 1; a tool or an older release created it) is
+    corrected by ``fanline topics ensure`` -- the code path the services run
+    at start-up -- and keeps its other settings."""
+    import asyncio
+
+    from aiokafka.admin import NewTopic
+
+    from .cluster import _admin, topic_config
+
+    bootstrap = cluster_infra.kafka_bootstrap
+    topic = f"{cluster_system.extra_env['FANLINE_EVENTS_TOPIC']}.old"
+
+    async def create() -> None:
+        admin = await _admin(bootstrap)
+        try:
+            configs = {"min.insync.replicas": "1", "retention.ms": "86400000"}
+            await admin.create_topics([NewTopic(topic, 8, 3, topic_configs=configs)])
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    assert topic_replication(bootstrap, topic) == (3, "1")
+    env = {**cluster_system.env(), "FANLINE_EVENTS_TOPIC": topic}
+    fanline = str(Path(sys.executable).with_name("fanline"))
+    verify_before = subprocess.run(
+        [fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert verify_before.returncode == 1 and "min.insync.replicas TOO LOW" in verify_before.stdout, verify_before.stdout
+    done = subprocess.run([fanline, "topics", "ensure"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{topic}: 8 partitions, replication factor 3, min.insync.replicas 2 (raised from 1), ok" in done.stdout, done.stdout
+    assert topic_replication(bootstrap, topic) == (3, "2")
+    assert topic_config(bootstrap, topic, "retention.ms") == "86400000", "its other settings are kept"
+    verified = subprocess.run([fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert verified.returncode == 0 and "raised" not in verified.stdout, verified.stdout
+
+
+def test_a_produce_is_refused_with_one_in_sync_replica_and_posts_wait_in_the_outbox(
+    cluster_system: System, cluster_infra: Any, api: Api, infra: Any
+) -> None:
+    """Under load, every partition of the events topic is first moved to two
+    of the three brokers (its leader and broker 3; ``cluster.reassign``), then
+    broker 3 is paused (SIGSTOP: a frozen VM, a long GC; no JVM restart to
+    wait for) until it is fenced: each partition has one in-sync replica of
+    two while the controller quorum stays up (two of three voters; a second
+    broker down would lose it). An ``acks=all`` produce is refused
+    (min.insync.replicas 2), the gateway's too, yet posts are still accepted
+    -- their events wait in the outbox -- and once the broker resumes and the
+    partitions have their three replicas again, everything acknowledged is
+    delivered exactly once."""
+    env = cluster_system.extra_env
+    bootstrap, topic = cluster_infra.kafka_bootstrap, env["FANLINE_EVENTS_TOPIC"]
+    metrics = cluster_system.metrics_url("api")
+    refusals = ("NotEnoughReplicasError", "NotEnoughReplicasAfterAppendError")
+    api_log = cluster_system.log_dir / "api.log" if cluster_system.log_dir else None
+    victim = 3
+
+    def failed_sends() -> float:
+        # The gateway's idempotent producer retries a refusal until its send
+        # times out (5 s): counted as that, with aiokafka's warning naming the refusal.
+        return metric_total(metrics, "fanline_kafka_produce_errors_total")
+
+    def refusals_logged() -> int:
+        text = api_log.read_text(errors="replace") if api_log is not None and api_log.exists() else ""
+        return sum(text.count(e) for e in refusals)
+
+    before, logged_before = failed_sends(), refusals_logged()
+    seen: dict[str, Any] = {}
+
+    def fault() -> str:
+        original = replicas_of(bootstrap, topic)
+        assert all(len(r) == 3 for r in original.values()), original
+        pairs = {p: [r[0] if r[0] != victim else r[1], victim] for p, r in original.items()}
+        reassign(bootstrap, topic, pairs)
+        eventually(lambda: all(len(r) == 2 for r in replicas_of(bootstrap, topic).values()), timeout=60, what="two replicas")
+        infra.signal_node("kafka", victim, signal.SIGSTOP)
+        try:
+            # The broker is fenced after broker.session.timeout.ms (9 s), then the ISRs shrink.
+            eventually(
+                lambda: set(isr_sizes(bootstrap, topic).values()) == {1}, timeout=90, interval=1, what="one in-sync replica"
+            )
+            started = time.monotonic()
+            seen["refused"] = produce_acks_all(bootstrap, topic)
+            eventually(lambda: failed_sends() > before, timeout=30, interval=0.5, what="a gateway send failed")
+            eventually(
+                lambda: metric_total(metrics, "fanline_outbox_pending_events") > 0,
+                timeout=30,
+                interval=0.5,
+                what="an outbox backlog",
+            )
+            seen["pending"] = metric_total(metrics, "fanline_outbox_pending_events")
+            time.sleep(max(0.0, ONE_IN_SYNC_S - (time.monotonic() - started)))
+            seen["failed_sends"] = failed_sends() - before
+            seen["logged"] = refusals_logged() - logged_before
+        finally:
+            infra.signal_node("kafka", victim, signal.SIGCONT)
+        resumed = time.monotonic()
+        eventually(lambda: set(isr_sizes(bootstrap, topic).values()) == {2}, timeout=120, interval=1, what="two in sync again")
+        rejoined = time.monotonic() - resumed
+        reassign(bootstrap, topic, original)
+        eventually(lambda: set(isr_sizes(bootstrap, topic).values()) == {3}, timeout=120, interval=1, what="three in sync again")
+        return (
+            f"acks=all produce refused ({seen['refused']}); the gateway's sends failed {seen['failed_sends']:.0f} times "
+            f"({seen['logged']} NotEnoughReplicas answers logged), outbox held up to {seen['pending']:.0f} events; "
+            f"broker back in the ISRs {rejoined:.0f} s after it resumed"
+        )
+
+    def drained() -> str:
+        eventually(
+            lambda: metric_total(metrics, "fanline_outbox_pending_events") == 0, timeout=120, interval=1, what="outbox drained"
+        )
+        return "outbox drained after"
+
+    run_fault(
+        cluster_system,
+        api,
+        fault,
+        f"Kafka: partitions on two brokers, one paused: one in-sync replica (min ISR 2) for {ONE_IN_SYNC_S:.0f} s",
+        after=drained,
+    )
+    assert seen["refused"] in refusals, seen
+    assert seen["failed_sends"] > 0 and seen["logged"] > 0 and seen["pending"] > 0, seen
+
+
 def _ready(url: str) -> bool:
     try:
         return httpx.get(url + "/readyz", timeout=2).status_code == 200
@@ -392,7 +539,7 @@ def _cassandra_nodes_up(url: str) -> list[float]:
     """Every ``fanline_cassandra_node_up`` sample of one storage service."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url + "/metrics", timeout=5).text
+    text = httpx.get(metrics_of(url), timeout=5).text
     return [
         sample.value
         for family in text_string_to_metric_families(text)

@@ -20,7 +20,7 @@ from .client import Api, eventually
 
 def metric(system: System, service: str, name: str, labels: str = "") -> float:
     """The sum of a metric's samples on one service (``labels`` must appear in them)."""
-    text = httpx.get(f"{system.url(service)}/metrics", timeout=10).text
+    text = httpx.get(system.metrics_url(service), timeout=10).text
     total = 0.0
     for line in text.splitlines():
         m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)

@@ -17,7 +17,10 @@ reads — while the probes and a live stream stay open. Then:
 * some requests were refused and some served (the limit is real, and it
   does not refuse everything);
 * ``/healthz`` and a live stream are not refused while the limit is full,
-  and once the flood is over the system serves normally again.
+  and once the flood is over the system serves normally again;
+* at twice the gateway's capacity, public requests that mark themselves as
+  background work (``X-Fanline-Priority: background``, the fan-out worker's
+  mark between services) are shed like any other (issue #29 item 1).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ TINY = {
 }
 FLOOD = 300  # requests, over CONCURRENCY connections at once
 CONCURRENCY = 30
+# What the gateway holds at once under TINY: in flight plus waiting.
+CAPACITY = int(TINY["FANLINE_ADMISSION_MAX_IN_FLIGHT"]) + int(TINY["FANLINE_ADMISSION_MAX_QUEUE"])
 
 
 @pytest.fixture(scope="module", params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
@@ -147,7 +152,7 @@ def test_a_flood_past_a_tiny_limit_gets_fast_503s_with_retry_after_and_nothing_e
         assert latencies[len(latencies) // 2] < 0.1 and latencies[-1] < 1.0, (p95, latencies[-1])
         # The gateway's own view: refusals waited their 20 ms deadline, plus
         # what the loop lagged on these shared cores; none waited seconds.
-        shed, within_100ms, within_1s = shed_waits(httpx.get(tiny.url() + "/metrics", timeout=10).text, "api")
+        shed, within_100ms, within_1s = shed_waits(httpx.get(tiny.metrics_url("api"), timeout=10).text, "api")
         assert shed >= len([h for _e, h, _b in refused if h.get("x-fanline-overloaded") == "api"]) > 0
         assert within_100ms >= 0.95 * shed and within_1s == shed, (shed, within_100ms, within_1s)
         # Over: served normally again.
@@ -155,3 +160,44 @@ def test_a_flood_past_a_tiny_limit_gets_fast_503s_with_retry_after_and_nothing_e
         assert api.post(users[1][1], "after the flood")["body"] == "after the flood"
     finally:
         api.close()
+
+
+async def marked_flood(base_url: str, name: str, rounds: int) -> dict[str, list[tuple[int, str]]]:
+    """Twice the gateway's capacity in connections, each sending ``rounds``
+    requests back to back: half of them marked as background work (both
+    values tweet-store knows), half not. Returns (status, who shed it) per group."""
+    marks = [{"X-Fanline-Priority": "background"}, {"X-Fanline-Priority": "bulk"}, {}, {}]
+    connector = aiohttp.TCPConnector(limit=2 * CAPACITY + 1)
+    async with aiohttp.ClientSession(base_url, connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as client:
+
+        async def worker(w: int) -> tuple[str, list[tuple[int, str]]]:
+            headers = marks[w % len(marks)]
+            answers = []
+            for _ in range(rounds):
+                async with client.get(f"/v1/users/{name}/tweets", headers=headers) as r:
+                    await r.read()
+                    answers.append((r.status, r.headers.get("X-Fanline-Overloaded", "")))
+            return ("marked" if headers else "plain"), answers
+
+        results = await asyncio.gather(*(worker(w) for w in range(2 * CAPACITY)))
+    groups: dict[str, list[tuple[int, str]]] = {"marked": [], "plain": []}
+    for group, answers in results:
+        groups[group] += answers
+    return groups
+
+
+def test_public_requests_marked_as_background_work_are_shed_like_any_other(tiny: System) -> None:
+    api = Api(tiny.url())
+    try:
+        name, _ = api.user("mark")
+        groups = asyncio.run(marked_flood(tiny.url(), name, rounds=40))
+    finally:
+        api.close()
+    shed = {g: sum(1 for status, by in answers if status == 503 and by == "api") for g, answers in groups.items()}
+    other = {g: sorted({s for s, _ in answers if s not in (200, 503)}) for g, answers in groups.items()}
+    print(f"twice the capacity ({2 * CAPACITY} connections): shed by the gateway {shed} of {len(groups['plain'])} each")
+    assert other == {"marked": [], "plain": []}, other
+    assert shed["plain"] > 0, "twice the capacity shed nothing: the flood did not reach the limit"
+    # Before issue #29 the marked half was never counted, so never shed (0).
+    # Shed like any other: the same order of refusals as the unmarked half.
+    assert shed["marked"] >= shed["plain"] / 3, shed

@@ -29,7 +29,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from deploy.local.system import System
+from deploy.local.system import System, metrics_url_of
 
 from .client import Api, eventually
 from .conftest import make_system
@@ -81,7 +81,8 @@ def test_one_relay_is_active_per_outbox_and_a_standby_takes_over(tmp_path: Path)
 
 
 def relay_active(url: str, source: str) -> float:
-    text = httpx.get(f"{url}/metrics", timeout=10).text
+    """The relay-active gauge of the gateway at ``url`` (read on its metrics port)."""
+    text = httpx.get(metrics_url_of(int(url.rsplit(":", 1)[1])), timeout=10).text
     m = re.search(rf'^fanline_outbox_relay_active\{{source="{source}"\}} (\S+)$', text, re.M)
     return float(m.group(1)) if m else 0.0
 

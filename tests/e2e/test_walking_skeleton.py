@@ -28,6 +28,9 @@ def test_every_service_is_healthy_ready_and_exports_metrics(system) -> None:  # 
         base = system.url(name)
         assert httpx.get(base + "/healthz").status_code == 200, name
         assert httpx.get(base + "/readyz").status_code == 200, name
-        metrics = httpx.get(base + "/metrics")
+        metrics = httpx.get(system.metrics_url(name))
         assert metrics.status_code == 200, name
         assert "fanline_build_info" in metrics.text, name
+        # Only on the metrics port: the service's own port (the gateway's is
+        # the public one) does not serve them (issue #29 item 6).
+        assert httpx.get(base + "/metrics").status_code == 404, name

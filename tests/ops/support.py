@@ -196,9 +196,9 @@ def produce_poison(bootstrap: str, topic: str, key: str) -> None:
     produce(bootstrap, topic, key.encode(), b"\x00not json at all " + key.encode())
 
 
-def worker_metric(worker_url: str, name: str, labels: Callable[[str], bool] = lambda _: True) -> float:
+def worker_metric(metrics_url: str, name: str, labels: Callable[[str], bool] = lambda _: True) -> float:
     total = 0.0
-    for line in httpx.get(worker_url + "/metrics", timeout=5).text.splitlines():
+    for line in httpx.get(metrics_url, timeout=5).text.splitlines():
         if line.startswith(name) and not line.startswith("#") and labels(line):
             total += float(line.rsplit(" ", 1)[1])
     return total

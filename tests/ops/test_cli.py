@@ -58,8 +58,8 @@ def test_migrate_runs_both_services_migrations(ops_system: System) -> None:
 def test_topics_ensure_and_verify(ops_system: System) -> None:
     for action in ("ensure", "verify"):
         out = ok(fanline(ops_system, "topics", action))
-        assert "fanline.events: 8 partitions, ok" in out
-        assert "fanline.events.dlq: 8 partitions, ok" in out
+        assert "fanline.events: 8 partitions, replication factor 1, ok" in out
+        assert "fanline.events.dlq: 8 partitions, replication factor 1, ok" in out
 
 
 def test_topics_verify_fails_on_a_missing_topic(ops_system: System) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from deploy.local.system import System
+from deploy.local.system import METRICS_PORT_OFFSET, System
 from e2e.client import eventually
 from e2e.conftest import make_system
 
@@ -137,14 +137,15 @@ class Observed:
 
     @property
     def worker_instance(self) -> str:
-        return f"127.0.0.1:{self.system.ports['fanout-worker']}"
+        return f"127.0.0.1:{self.system.ports['fanout-worker'] + METRICS_PORT_OFFSET}"
 
 
 def observe(system: System, backend: str, workdir: Path) -> Iterator[Observed]:
     prometheus = Prometheus(
         port=free_port(),
         workdir=workdir,
-        targets={job: f"127.0.0.1:{system.ports[service]}" for job, service in JOBS.items()},
+        # Each service's metrics port: its own port serves no /metrics.
+        targets={job: f"127.0.0.1:{system.ports[service] + METRICS_PORT_OFFSET}" for job, service in JOBS.items()},
         rule_files=[ALERTS],
     )
     prometheus.start()

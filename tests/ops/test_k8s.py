@@ -18,6 +18,7 @@ import json
 import os
 import re
 import subprocess
+import urllib.parse
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -209,10 +210,13 @@ def test_every_service_is_a_deployment_with_a_service(overlay: str) -> None:
         assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
         c = container(deployment)
         assert c["image"].split("/")[-1].startswith(f"{name}:"), c["image"]
-        assert c["ports"] == [{"name": "http", "containerPort": port}]
+        metrics = port + METRICS_PORT_OFFSET
+        assert c["ports"] == [{"name": "http", "containerPort": port}, {"name": "metrics", "containerPort": metrics}]
         service = services[name]
         assert service["spec"]["selector"].items() <= labels.items(), f"service {name} selects no pod"
-        assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, "http")]
+        ports = [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]]
+        # The worker's headless Service lists each replica for Prometheus' DNS discovery.
+        assert ports == ([(port, "http"), (metrics, "metrics")] if name == "fanout-worker" else [(port, "http")]), name
 
 
 @by_overlay
@@ -235,7 +239,7 @@ def test_probes_resources_and_hardening(overlay: str) -> None:
         }
         assert {"configMapRef": {"name": "fanline-config"}} in c["envFrom"]
         annotations = deployment["spec"]["template"]["metadata"]["annotations"]
-        assert annotations["prometheus.io/port"] == str(SERVICES[name])
+        assert annotations["prometheus.io/port"] == str(SERVICES[name] + METRICS_PORT_OFFSET), "the metrics port"
 
 
 @by_overlay
@@ -264,25 +268,153 @@ def test_only_the_dev_overlay_ships_secrets_and_production_refuses_placeholders(
     assert "FANLINE_ENV" not in config("overlays/dev")
 
 
+# --------------------------------------------------------------------------
+# network policy, derived from the code's own call paths (issue #29 item 2)
+# --------------------------------------------------------------------------
+
+# Every composition root that constructs peer clients: its module (where it
+# declares PEERS) and its package's source (what it really constructs).
+ROOTS = {
+    "api": ("fanline_api.app", REPO / "services" / "api" / "src" / "fanline_api"),
+    "fanout-worker": ("fanline_fanout.app", REPO / "services" / "fanout-worker" / "src" / "fanline_fanout"),
+    "tweet-store": ("fanline_tweet_store.app", REPO / "services" / "tweet-store" / "src" / "fanline_tweet_store"),
+    "social-graph": ("fanline_social_graph.app", REPO / "services" / "social-graph" / "src" / "fanline_social_graph"),
+    "cli": ("fanline_cli.rebuild", REPO / "tools" / "fanline-cli" / "src" / "fanline_cli"),
+}
+# How a caller's pods are told apart: the services by name, the operators'
+# CLI by the label docs/operations.md asks for.
+INTERNAL_CLIENT = {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
+PROMETHEUS = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+INGRESS_CONTROLLER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+METRICS_PORT_OFFSET = 50
+
+
+def declared_peers() -> dict[str, tuple[str, ...]]:
+    import importlib
+
+    return {root: tuple(importlib.import_module(module).PEERS) for root, (module, _) in ROOTS.items()}
+
+
+def peer_clients() -> dict[str, str]:
+    """Every typed peer client in ``fanline_shared.clients`` (one module per
+    owner), by class name, mapped to its peer by the class itself: a client
+    added there is covered without touching this test."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    from fanline_shared import clients
+    from fanline_shared.http_client import PeerClient
+
+    found: dict[str, str] = {}
+    for info in pkgutil.iter_modules(clients.__path__):
+        module = importlib.import_module(f"{clients.__name__}.{info.name}")
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, PeerClient) and cls is not PeerClient and cls.__module__ == module.__name__:
+                found[name] = cls("probe", "http://127.0.0.1:9", 1.0)._peer
+    return found
+
+
+def test_the_peer_clients_are_found() -> None:
+    assert peer_clients() == {"SocialGraphClient": "social-graph", "TweetStoreClient": "tweet-store"}
+
+
+def constructed_peers(package: Path) -> set[str]:
+    """The peers a package's source constructs clients for: every call of a
+    peer client class, the class mapped to its peer by the class itself."""
+    import ast
+
+    clients = peer_clients()
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            if name in clients:
+                found.add(clients[name])
+            elif name == "PeerClient":
+                peer = node.args[1] if len(node.args) > 1 else None
+                assert isinstance(peer, ast.Constant), f"{path}: PeerClient with a peer that is not a literal"
+                found.add(str(peer.value))
+    return found
+
+
+def callers_of(service: str) -> list[str]:
+    return sorted(root for root, peers in declared_peers().items() if service in peers)
+
+
+def expected_ingress(service: str) -> list[dict[str, Any]]:
+    """The rules a service's policy must have, from its callers in the code."""
+    port = SERVICES[service]
+    rules: list[dict[str, Any]] = []
+    callers = callers_of(service)
+    if service == "api":  # the public gateway: its callers are the Ingress controller's pods
+        rules.append({"from": [INGRESS_CONTROLLER], "ports": [{"protocol": "TCP", "port": port}]})
+    elif callers:
+        sources: list[dict[str, Any]] = []
+        services = [c for c in callers if c != "cli"]
+        if services:
+            sources.append(
+                {"podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": services}]}}
+            )
+        if "cli" in callers:
+            sources.append(INTERNAL_CLIENT)
+        rules.append({"from": sources, "ports": [{"protocol": "TCP", "port": port}]})
+    rules.append({"from": [PROMETHEUS], "ports": [{"protocol": "TCP", "port": port + METRICS_PORT_OFFSET}]})
+    return rules
+
+
+def test_every_composition_root_declares_exactly_the_peers_it_constructs_clients_for() -> None:
+    declared = declared_peers()
+    for root, (_, package) in ROOTS.items():
+        assert constructed_peers(package) == set(declared[root]), f"{root}: PEERS does not match the clients it constructs"
+    # The call path the review found missing: tweet-store reads whom a reader follows.
+    assert callers_of("social-graph") == ["api", "cli", "fanout-worker", "tweet-store"]
+    assert callers_of("tweet-store") == ["api", "cli", "fanout-worker"]
+
+
 @by_overlay
-def test_only_the_gateway_and_the_worker_reach_the_storage_services(overlay: str) -> None:
+def test_network_policies_admit_every_call_path_of_the_code_and_nothing_else(overlay: str) -> None:
     policies = by_kind(overlay, "NetworkPolicy")
-    for name, port in (("social-graph", 8001), ("tweet-store", 8002)):
-        (policy,) = [
-            p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+    for service in SERVICES:
+        selecting = [
+            p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": service}}
         ]
+        assert len(selecting) == 1, f"{service}: {len(selecting)} policies select it (want one, so all else is refused)"
+        (policy,) = selecting
         assert policy["spec"]["policyTypes"] == ["Ingress"]
-        (rule,) = policy["spec"]["ingress"]
-        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
-        sources = rule["from"]
-        assert sources[0] == {
-            "podSelector": {
-                "matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["api", "fanout-worker"]}]
-            }
+        assert policy["spec"]["ingress"] == expected_ingress(service), service
+    # The gateway's rate-limit counters (RateLimitSettings reads FANLINE_RATE_LIMIT_STORAGE): its only caller.
+    storage = urllib.parse.urlsplit(config(overlay)["FANLINE_RATE_LIMIT_STORAGE"])
+    (redis,) = [
+        p for p in policies.values() if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": storage.hostname}}
+    ]
+    assert redis["spec"]["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "api"}}}],
+            "ports": [{"protocol": "TCP", "port": storage.port}],
         }
-        assert sources[1] == {"podSelector": {"matchLabels": {"fanline/internal-client": "true"}}}
-        assert sources[2]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}
-        assert len(sources) == 3
+    ]
+    # Every workload of Fanline is selected by a policy: nothing is reachable by default.
+    selected = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in policies.values()}
+    workloads = {
+        d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] for d in by_kind("base", "Deployment").values()
+    }
+    assert workloads <= selected, workloads - selected
+
+
+@by_overlay
+def test_metrics_ports_are_in_no_service_the_ingress_routes_to(overlay: str) -> None:
+    services = by_kind(overlay, "Service")
+    for ingress in by_kind(overlay, "Ingress").values():
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                target = services[backend["name"]]
+                (port,) = [p for p in target["spec"]["ports"] if p["name"] == backend["port"].get("name")]
+                assert port["targetPort"] == "http", (ingress["metadata"]["name"], port)
+    assert [p["name"] for p in services["api"]["spec"]["ports"]] == ["http"], "the api Service carries no metrics port"
 
 
 @by_overlay
@@ -330,10 +462,18 @@ def test_jobs_migrate_both_keyspaces_and_create_the_topics(overlay: str) -> None
     for needle in (
         '"$FANLINE_EVENTS_TOPIC"',
         '"$FANLINE_DLQ_TOPIC"',
+        '"$FANLINE_CHUNKS_TOPIC"',
         '--partitions "$FANLINE_TOPIC_PARTITIONS"',
         "--if-not-exists",
+        # Durability: set on creation, raised on topics that exist (issue #29 item 5) ...
+        '--config min.insync.replicas="$min_isr"',
+        '--alter --entity-type topics --entity-name "$topic" --add-config min.insync.replicas="$min_isr"',
+        # ... through the services' own TLS/SASL settings.
+        '--command-config "$props"',
+        "FANLINE_KAFKA_SECURITY_PROTOCOL",
     ):
-        assert needle in script
+        assert needle in script, needle
+    assert script.count("--bootstrap-server") == script.count('--command-config "$props"'), "every call secured"
 
 
 @by_overlay
@@ -363,6 +503,45 @@ def test_the_dev_overlay_runs_the_engines_and_production_does_not() -> None:
     assert not by_kind("overlays/production", "StatefulSet")
     production = config("overlays/production")
     assert production["FANLINE_CASSANDRA_RF"] == production["FANLINE_TOPIC_RF"] == "3"
+
+
+def test_production_turns_on_tls_and_auth_to_both_engines_with_files_every_pod_mounts(tmp_path: Path) -> None:
+    """Issue #29 item 3, "Kubernetes carries the settings": the production
+    overlay's ConfigMap, read by the services' own settings readers, asks for
+    SASL_SSL (SCRAM-SHA-512) and Cassandra TLS with a password; every file it
+    names lies in a Secret volume mounted in every container that reads the
+    ConfigMap, under a key the overlay's `kubectl create secret` line
+    creates."""
+    from fanline_shared.config import Env
+    from fanline_shared.engine_security import CassandraSecurity, KafkaSecurity
+
+    production = config("overlays/production")
+    files = {name: value for name, value in production.items() if name.endswith(("_FILE", "_CA", "_CERT", "_KEY"))}
+    assert {"FANLINE_KAFKA_PASSWORD_FILE", "FANLINE_CASSANDRA_PASSWORD_FILE", "FANLINE_KAFKA_TLS_CA"} <= set(files)
+    comment = (K8S / "overlays" / "production" / "kustomization.yaml").read_text()
+    created = set(re.findall(r"--from-(?:literal|file)=([\w.-]+)=", comment))
+    pods = [*by_kind("overlays/production", "Deployment").values(), *by_kind("overlays/production", "Job").values()]
+    pods = [p for p in pods if {"configMapRef": {"name": "fanline-config"}} in container(p).get("envFrom", [])]
+    assert len(pods) >= 7, [p["metadata"]["name"] for p in pods]  # four services, two migrations, the topics Job
+    for pod in pods:
+        spec = pod["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+        mounts = {m["mountPath"]: m["name"] for m in container(pod).get("volumeMounts", [])}
+        for name, path in files.items():
+            directory, _, key = path.rpartition("/")
+            assert mounts.get(directory) in secrets, f"{pod['metadata']['name']}: {name}={path} is in no mounted Secret"
+            assert key in created, f"{name}: the Secret key {key} is not created by the overlay's instructions"
+    # The settings the services would read from it (the mounted files stood in for by local ones).
+    for path in files.values():
+        local = tmp_path / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text("stand-in")
+    env = Env({name: str(tmp_path / value.lstrip("/")) if name in files else value for name, value in production.items()})
+    kafka, cassandra = KafkaSecurity.from_env(env), CassandraSecurity.from_env(env)
+    assert (kafka.protocol, kafka.sasl_mechanism, kafka.username) == ("SASL_SSL", "SCRAM-SHA-512", "fanline")
+    assert kafka.password is not None and kafka.tls is not None and kafka.tls.check_hostname
+    assert cassandra.tls is not None and cassandra.tls.ca_file is not None and cassandra.tls.check_hostname
+    assert cassandra.username == "fanline" and cassandra.password is not None
 
 
 # --------------------------------------------------------------------------
@@ -471,9 +650,16 @@ def test_the_cli_job_runs_the_cli_with_what_internal_calls_need() -> None:
     assert job["metadata"]["namespace"] == "fanline" and "generateName" in job["metadata"]
     assert job["spec"]["backoffLimit"] == 0 and pod["spec"]["restartPolicy"] == "Never"
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
-    # the storage services' NetworkPolicies admit it
-    for policy in by_kind("base", "NetworkPolicy").values():
-        sources = policy["spec"]["ingress"][0]["from"]
+    # the NetworkPolicies of the services the CLI calls (the storage services) admit it
+    called = [service for service in SERVICES if "cli" in callers_of(service)]
+    assert called == ["social-graph", "tweet-store"], called
+    for service in called:
+        (policy,) = [
+            p
+            for p in by_kind("base", "NetworkPolicy").values()
+            if p["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": service}}
+        ]
+        sources = [source for rule in policy["spec"]["ingress"] for source in rule.get("from", [])]
         assert any(
             set(s) == {"podSelector"}
             and "matchLabels" in s["podSelector"]

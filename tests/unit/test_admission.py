@@ -299,7 +299,10 @@ def sample(name: str, labels: dict[str, str]) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette:
+TOKEN = "unit-test-service-credential"
+
+
+def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event, internal_token: str | None = None) -> Starlette:
     async def slow(_: Request) -> Response:
         await hold.wait()
         return Response("ok")
@@ -308,7 +311,7 @@ def app_with(p: AdmissionPolicy, service: str, hold: asyncio.Event) -> Starlette
         return Response("alive")
 
     app = Starlette(routes=[Route("/v1/slow/{name}", slow), Route("/healthz", healthz), Route("/v1/streaming/home", slow)])
-    app.add_middleware(AdmissionMiddleware, policy=p, service=service)
+    app.add_middleware(AdmissionMiddleware, policy=p, service=service, internal_token=internal_token)
     return app
 
 
@@ -327,14 +330,20 @@ async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast
         # Exempt while full: health, and a stream (not counted at all).
         assert (await client.get("/healthz")).status_code == 200
         stream = asyncio.create_task(client.get("/v1/streaming/home"))
-        background = asyncio.create_task(client.get("/v1/slow/bg", headers={PRIORITY_HEADER: BACKGROUND}))
-        bulk = asyncio.create_task(client.get("/v1/slow/bulk", headers={PRIORITY_HEADER: BULK}))
         await asyncio.sleep(0.01)
         # Admitted, not refused (a full gate in its fast-refusal second would
-        # have answered them at once).
-        assert not stream.done() and not background.done() and not bulk.done()
+        # have answered it at once).
+        assert not stream.done()
+        # A public request that marks itself as background work is counted
+        # like any other: a service without a credential to check (the
+        # gateway) never honours the mark.
+        marked = await asyncio.gather(
+            client.get("/v1/slow/bg", headers={PRIORITY_HEADER: BACKGROUND}),
+            client.get("/v1/slow/bulk", headers={PRIORITY_HEADER: BULK}),
+        )
+        assert [r.status_code for r in marked] == [503, 503]
         hold.set()
-        assert [r.status_code for r in await asyncio.gather(*held, stream, background, bulk)] == [200] * 5
+        assert [r.status_code for r in await asyncio.gather(*held, stream)] == [200] * 3
     assert elapsed < 0.1
     for r in refused:
         assert r.status_code == 503
@@ -344,10 +353,37 @@ async def test_the_middleware_refuses_past_capacity_with_the_api_error_body_fast
     labels = {"service": service, "route": "/v1/slow/{name}"}
     shed = sum(sample("fanline_admission_shed_total", {**labels, "reason": reason}) for reason in ("deadline", "queue_full"))
     assert shed == 5
+    # The two marked as background work, at once: within a second of a refusal at the deadline.
+    assert sample("fanline_admission_shed_total", {**labels, "reason": "overloaded"}) == 2
     assert sample("fanline_admission_shed_total", {**labels, "reason": "queue_full"}) == 3  # 2 waited, 3 could not
-    assert sample("fanline_http_requests_total", {**labels, "method": "GET", "status": "503"}) == 5
+    assert sample("fanline_http_requests_total", {**labels, "method": "GET", "status": "503"}) == 7
     assert sample("fanline_admission_in_flight", {"service": service}) == 0
-    assert sample("fanline_admission_queue_wait_seconds_count", {"service": service, "outcome": "shed"}) == 5
+    assert sample("fanline_admission_queue_wait_seconds_count", {"service": service, "outcome": "shed"}) == 7
+
+
+async def test_only_a_caller_with_the_service_credential_may_mark_background_work() -> None:
+    """A storage service (which has the credential) does not count the fan-out
+    worker's background requests; the same mark without the credential, or
+    with a wrong one, is counted and shed like any other request."""
+    hold = asyncio.Event()
+    app = app_with(policy(max_in_flight=1, max_queue=0, queue_deadline_s=0.0), "unit-admission-token", hold, TOKEN)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        held = asyncio.create_task(client.get("/v1/slow/held"))
+        await asyncio.sleep(0.01)
+        trusted = [
+            asyncio.create_task(client.get(f"/v1/slow/{v}", headers={PRIORITY_HEADER: v, "x-fanline-internal-token": TOKEN}))
+            for v in (BACKGROUND, BULK)
+        ]
+        untrusted = await asyncio.gather(
+            client.get("/v1/slow/a", headers={PRIORITY_HEADER: BACKGROUND}),
+            client.get("/v1/slow/b", headers={PRIORITY_HEADER: BACKGROUND, "x-fanline-internal-token": "not-the-credential"}),
+            client.get("/v1/slow/c", headers={PRIORITY_HEADER: "urgent", "x-fanline-internal-token": TOKEN}),
+        )
+        assert [r.status_code for r in untrusted] == [503, 503, 503]
+        await asyncio.sleep(0.01)
+        assert not any(t.done() for t in trusted), "background work with the credential is not counted, so not refused"
+        hold.set()
+        assert [r.status_code for r in await asyncio.gather(held, *trusted)] == [200] * 3
 
 
 async def test_off_when_max_in_flight_is_zero() -> None:
@@ -423,3 +459,33 @@ def test_a_slower_service_with_a_few_in_flight_is_not_a_queue_to_shrink() -> Non
     assert gate.limit == 8
     teach(gate, 0.030, 1)  # all 8 in flight and 3 x slower: ~5 queued, shrink
     assert gate.limit == 7
+
+
+async def test_the_gateway_drops_every_internal_header_from_public_requests() -> None:
+    """``X-Fanline-*`` headers are the internal protocol's; the gateway's
+    outermost middleware removes them before anything reads them."""
+    from fanline_api.edge import StripInternalHeaders
+
+    seen: list[dict[str, str]] = []
+
+    async def echo(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        return Response("ok")
+
+    app = StripInternalHeaders(Starlette(routes=[Route("/v1/x", echo)]))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        r = await client.get(
+            "/v1/x",
+            headers={
+                PRIORITY_HEADER: BACKGROUND,
+                "X-Fanline-Internal-Token": "x" * 32,
+                "X-Fanline-Timeout-Ms": "1",
+                "X-Fanline-Anything-New": "1",
+                "X-Request-Id": "kept-0123456789",
+                "Authorization": "Bearer kept",
+            },
+        )
+    assert r.status_code == 200
+    (headers,) = seen
+    assert not [name for name in headers if name.startswith("x-fanline-")], headers
+    assert headers["x-request-id"] == "kept-0123456789" and headers["authorization"] == "Bearer kept"

@@ -45,7 +45,7 @@ import pytest
 import yaml
 from jsonschema.validators import validator_for
 
-from fanline_shared.config import Env, KafkaSettings
+from fanline_shared.config import Env, HttpSettings, KafkaSettings
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -85,6 +85,11 @@ class Service:
     def stages(self) -> list[Stage]:
         """The Dockerfile's stages as built for this service (SERVICE=name)."""
         return dockerfile_stages(DOCKERFILE, (("SERVICE", self.name),))
+
+    @property
+    def metrics_port(self) -> int:
+        """Where it serves /metrics: its port + 50 unless set (``HttpSettings``)."""
+        return HttpSettings.from_env(Env({}), self.env_prefix, self.port).metrics_port
 
 
 SERVICES = (
@@ -431,8 +436,10 @@ def test_depends_on_conditions_fit_what_they_wait_for() -> None:
                 "kafka-init": "service_completed_successfully",
                 "social-graph": "service_healthy",
                 "tweet-store": "service_healthy",
+                "redis": "service_healthy",
             },
         ),
+        ("edge", {"api": "service_healthy"}),
         (
             "fanout-worker",
             {
@@ -463,21 +470,41 @@ def test_every_service_requires_the_internal_credential(svc: Service) -> None:
     assert token.startswith("${FANLINE_INTERNAL_TOKEN:?"), token
 
 
-def test_only_the_api_and_the_dashboards_are_published() -> None:
-    """The storage services and the worker are reached only inside the
-    project's network: their ports are never published."""
+def test_only_the_edge_proxy_and_the_dashboards_are_published() -> None:
+    """The api replicas, the storage services and the worker are reached only
+    inside the project's network: the edge proxy is the API's one port."""
     published = {name for name, svc in compose()["services"].items() if svc.get("ports")}
-    assert published == {"api", "prometheus", "grafana"}, published
+    assert published == {"edge", "prometheus", "grafana"}, published
 
 
-def test_api_requires_a_cursor_secret_and_is_published_on_8000() -> None:
+def test_api_requires_a_cursor_secret_and_the_edge_publishes_it_on_8000() -> None:
     api = compose_service("api")
     secret = environment(api).get("FANLINE_CURSOR_SECRET", "")
     # `${VAR:?message}` makes compose refuse to start without it: the built-in
     # development secret must never sign cursors in a real deployment.
     assert secret.startswith("${FANLINE_CURSOR_SECRET:?"), secret
-    published = [str(p) for p in api.get("ports", [])]
+    assert "ports" not in api and "container_name" not in api, "the api scales behind the edge"
+    published = [str(p) for p in compose_service("edge").get("ports", [])]
     assert any(re.fullmatch(r"(?:[\d.]+:)?8000:8000(?:/tcp)?", p) for p in published), published
+
+
+def test_the_api_trusts_exactly_the_edge_proxy_and_shares_its_limits_in_redis() -> None:
+    """X-Forwarded-For is believed from the edge's fixed address only, inside
+    the project's fixed subnet; the edge sets it and proxies every replica;
+    the abuse limits are counted in the redis service (issue #29 item 4)."""
+    import ipaddress
+
+    api, edge = environment(compose_service("api")), compose_service("edge")
+    subnet = ipaddress.ip_network(compose()["networks"]["default"]["ipam"]["config"][0]["subnet"])
+    address = ipaddress.ip_address(edge["networks"]["default"]["ipv4_address"])
+    assert address in subnet
+    assert api["FANLINE_TRUSTED_PROXIES"] == str(address)
+    assert api["FANLINE_RATE_LIMIT_STORAGE"] == "redis://redis:6379" and "redis" in compose()["services"]
+    (mount,) = edge["volumes"]
+    source = REPO / mount.split(":")[0]
+    conf = source.read_text()
+    assert "server api:8000" in conf and "proxy_set_header X-Forwarded-For" in conf
+    assert "/metrics" not in conf, "the edge proxies the API port, which serves no metrics"
 
 
 @pytest.mark.parametrize("storage", STORAGE_SERVICES)
@@ -561,7 +588,7 @@ def test_prometheus_discovers_every_replica_through_dns(svc: Service) -> None:
     (sd,) = job["dns_sd_configs"]
     assert sd["names"] == [svc.name]
     assert sd.get("type", "SRV") == "A", "compose's DNS answers A queries; SRV needs a port-less record"
-    assert sd["port"] == svc.port
+    assert sd["port"] == svc.metrics_port, "/metrics is served on the metrics port only"
     assert job.get("metrics_path", "/metrics") == "/metrics"
 
 
@@ -743,3 +770,54 @@ def test_overview_dashboard_shows_the_key_metrics() -> None:
     missing = [m for m in REQUIRED_DASHBOARD_METRICS if not re.search(rf"\b{m}\b", exprs)]
     assert not missing, f"overview.json does not show {missing}"
     assert "kafka_consumergroup_lag" in exprs, "show the exporter's lag next to the workers' own"
+
+
+class _Recording(dict[str, str]):
+    """An environment that records every variable a settings reader asks for."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def engine_security_variables(tmp_path: Path) -> set[str]:
+    """Every variable the engine clients' TLS and authentication read, found
+    by reading them fully switched on (SASL_SSL, Cassandra TLS, client
+    certificates, passwords): a setting added to engine_security.py is
+    covered here without touching this test."""
+    from fanline_shared.engine_security import CassandraSecurity, KafkaSecurity
+
+    pem = tmp_path / "any.pem"
+    pem.write_text("not read: only its existence is checked")
+    values = {"FANLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FANLINE_CASSANDRA_TLS": "true"}
+    for engine in ("KAFKA", "CASSANDRA"):
+        values |= {f"FANLINE_{engine}_USERNAME": "fanline", f"FANLINE_{engine}_PASSWORD": "secret"}
+        values |= {f"FANLINE_{engine}_TLS_{part}": str(pem) for part in ("CA", "CERT", "KEY")}
+    env = _Recording(values)
+    KafkaSecurity.from_env(Env(env))
+    CassandraSecurity.from_env(Env(env))
+    return env.read
+
+
+def test_compose_passes_every_engine_security_setting_through(tmp_path: Path) -> None:
+    """Issue #29 item 3, "compose carries the settings": every TLS and
+    authentication setting of the engine clients reaches every Fanline
+    container from the operator's environment (`${NAME:-default}`), and the
+    files they name can be mounted where Kubernetes mounts them."""
+    wanted = engine_security_variables(tmp_path)
+    assert {"FANLINE_KAFKA_PASSWORD_FILE", "FANLINE_CASSANDRA_TLS_CHECK_HOSTNAME"} <= wanted  # not vacuous
+    fanline = {name: svc for name, svc in compose()["services"].items() if str(svc.get("image", "")).startswith("fanline/")}
+    assert len(fanline) == 6, sorted(fanline)  # four services and the two migrate jobs
+    for name, svc in fanline.items():
+        env = environment(svc)
+        for variable in sorted(wanted):
+            assert re.fullmatch(rf"\$\{{{variable}:-[^}}]*\}}", env.get(variable, "")), f"{name}: {variable} not passed through"
+        mounts = [str(v).rsplit(":", 2) for v in svc.get("volumes", [])]
+        assert any(m[1:] == ["/etc/fanline/engines", "ro"] for m in mounts), f"{name}: no read-only engines mount"
+    readme = REPO / "deploy" / "engines" / "README.md"
+    assert "/etc/fanline/engines" in readme.read_text()
+    assert (REPO / "deploy" / "engines" / ".gitignore").read_text().splitlines()[1] == "*", "never commit a secret"

@@ -68,7 +68,8 @@ def test_every_internal_route_refuses_a_missing_or_wrong_credential(tmp_path: Pa
                 assert r.status_code == 401, (service, method, path, r.status_code)
                 assert r.json()["error"]["code"] == "internal_unauthorized"
             assert client.get("/healthz").status_code == 200  # probes need no credential
-            assert client.get("/metrics").status_code == 200
+            # /metrics: on the metrics port only (http_server.MetricsPort), never here.
+            assert client.get("/metrics").status_code == 404
 
 
 def test_the_right_credential_is_let_through(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -171,9 +172,17 @@ def settings_the_services_read() -> set[str]:
     """What each service's settings loader reads, run on the embedded and the
     cassandra configurations (names built at run time included)."""
     read: set[str] = set()
+    # And with TLS and authentication to both engines, client certificates
+    # included: those settings are read only when turned on.
+    pem = Path(tempfile.mkdtemp()) / "any.pem"
+    pem.write_text("not read: only its existence is checked")
+    secure = {"FANLINE_BACKEND": "cassandra", "FANLINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FANLINE_CASSANDRA_TLS": "true"}
+    for engine in ("KAFKA", "CASSANDRA"):
+        secure |= {f"FANLINE_{engine}_USERNAME": "fanline", f"FANLINE_{engine}_PASSWORD": "secret"}
+        secure |= {f"FANLINE_{engine}_TLS_{part}": str(pem) for part in ("CA", "CERT", "KEY")}
     for module in SERVICE_CONFIGS:
         settings = importlib.import_module(module).Settings
-        for values in ({}, {"FANLINE_BACKEND": "cassandra"}):
+        for values in ({}, {"FANLINE_BACKEND": "cassandra"}, secure):
             env = Recording(values)
             settings.from_env(env)
             read |= env.read

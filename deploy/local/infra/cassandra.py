@@ -16,8 +16,9 @@ from .config import (
 )
 from .engine import _Engine
 from .files import _last_match, _read_jvm_options, _render
-from .probes import cql_release_version
+from .probes import AuthenticationFailed, Credentials, cql_execute, cql_release_version
 from .process import _pid_listens_on
+from .secure import CASSANDRA_DEFAULT_PASSWORD, CASSANDRA_SUPERUSER, CASSANDRA_USER, SecureMaterial
 
 
 class _Cassandra(_Engine):
@@ -29,6 +30,7 @@ class _Cassandra(_Engine):
         super().__init__(config, node)
         self.version = config.cassandra_version
         self.main_log = self.log_dir / "system.log"
+        self.material = SecureMaterial(config.state_dir, config.java) if config.secure else None
 
     def maven_properties(self) -> dict[str, str]:
         return {"cassandra.version": self.version}
@@ -53,6 +55,9 @@ class _Cassandra(_Engine):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.material is not None:
+            self.material.ensure()
+            self.conf_dir.chmod(0o700)  # the rendered cassandra.yaml holds the store password
         (self.conf_dir / "cassandra.yaml").write_text(self.config_text(), encoding="utf-8")
         shutil.copyfile(HERE / "cassandra" / "logback.xml", self.conf_dir / "logback.xml")
 
@@ -83,7 +88,20 @@ class _Cassandra(_Engine):
                 # hints the writes a down replica missed; a single node has neither need.
                 "dynamic_snitch": str(cfg.clustered).lower(),
                 "hinted_handoff": str(cfg.clustered).lower(),
+                "authenticator": "PasswordAuthenticator" if self.material is not None else "AllowAllAuthenticator",
+                "client_encryption": self._client_encryption(),
             },
+        )
+
+    def _client_encryption(self) -> str:
+        if self.material is None:
+            return "client_encryption_options:\n  enabled: false"
+        m, password = self.material, self.material.password("store")
+        return (
+            "client_encryption_options:\n  enabled: true\n  optional: false\n"
+            f"  keystore: {m.keystore}\n  keystore_password: {password}\n"
+            f"  truststore: {m.truststore}\n  truststore_password: {password}\n"
+            "  store_type: PKCS12\n  require_client_auth: false"
         )
 
     def jamm_jar(self) -> Path | None:
@@ -128,10 +146,37 @@ class _Cassandra(_Engine):
 
     def probe(self) -> bool:
         try:
-            cql_release_version(self.host, self.config.cassandra_port, timeout=5.0)
+            if self.material is None:
+                cql_release_version(self.host, self.config.cassandra_port, timeout=5.0)
+            else:
+                self._secure_probe(self.material)
             return True
         except (OSError, ConnectionError, ValueError, struct.error):
             return False
+
+    def _secure_probe(self, material: SecureMaterial) -> str:
+        """Over TLS as the services' role; at the first start that role does
+        not exist yet: create it as the default superuser, whose well-known
+        password is then replaced by a generated one."""
+        tls = material.client_context()
+        try:
+            return cql_release_version(self.host, self.config.cassandra_port, tls=tls, login=material.cassandra_login())
+        except AuthenticationFailed:
+            pass
+        admin, own = material.password("cassandra-admin"), material.password("cassandra-fanline")
+        statements = [
+            f"CREATE ROLE IF NOT EXISTS {CASSANDRA_USER} WITH PASSWORD = '{own}' AND LOGIN = true",
+            f"ALTER ROLE {CASSANDRA_SUPERUSER} WITH PASSWORD = '{admin}'",
+        ]
+        for password in (CASSANDRA_DEFAULT_PASSWORD, admin):
+            try:
+                cql_execute(
+                    self.host, self.config.cassandra_port, statements, tls=tls, login=Credentials(CASSANDRA_SUPERUSER, password)
+                )
+                break
+            except AuthenticationFailed:
+                continue
+        return cql_release_version(self.host, self.config.cassandra_port, tls=tls, login=material.cassandra_login())
 
     def running_version(self) -> str | None:
         """Version reported by the live node (CQL), else the startup log line."""
@@ -140,5 +185,7 @@ class _Cassandra(_Engine):
             return None
         if _pid_listens_on(pid, self.client_port):
             with contextlib.suppress(OSError, ConnectionError, ValueError, struct.error):
+                if self.material is not None:
+                    return self._secure_probe(self.material)
                 return cql_release_version(self.host, self.client_port, timeout=5.0)
         return _last_match(self.main_log, r"Cassandra version: (\S+)")

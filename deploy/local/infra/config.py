@@ -41,6 +41,19 @@ CLUSTER_DEFAULTS: dict[str, int | str] = {
     "kafka_heap": "256M",
     "state": ".infra-cluster",
 }
+# The secure single-node pair (SECURE=1: TLS with client certificates, SASL
+# SCRAM-SHA-512, PasswordAuthenticator): other ports and state again, so it
+# runs beside the plain pair (and smaller, since it usually does).
+SECURE_DEFAULTS: dict[str, int | str] = {
+    "cql": 9242,
+    "storage": 7200,
+    "jmx": 7299,
+    "kafka": 9292,
+    "controller": 9293,
+    "cassandra_heap": "512M",
+    "kafka_heap": "256M",
+    "state": ".infra-secure",
+}
 
 DEFAULT_CASSANDRA_VERSION = "5.0.9"
 DEFAULT_KAFKA_VERSION = "4.1.1"
@@ -79,6 +92,9 @@ class InfraConfig:
     #: 1: the single-node pair on 127.0.0.1; 3 (or more): that many Cassandra nodes
     #: and Kafka brokers (KRaft, every broker also a controller voter) on 127.0.0.11...
     nodes: int = 1
+    #: TLS (client certificates required), SASL SCRAM-SHA-512 and PasswordAuthenticator
+    #: (``FANLINE_INFRA_SECURE=1``, ``make infra-up SECURE=1``; a single node of each)
+    secure: bool = False
     cassandra_version: str = DEFAULT_CASSANDRA_VERSION
     kafka_version: str = DEFAULT_KAFKA_VERSION
     log4j_version: str = DEFAULT_LOG4J_VERSION
@@ -105,10 +121,14 @@ class InfraConfig:
         nodes = int(str(overrides.get("nodes", _env_int("FANLINE_INFRA_NODES", 1))))
         if nodes < 1:
             raise InfraError(f"FANLINE_INFRA_NODES={nodes} must be at least 1")
-        d = SINGLE_DEFAULTS if nodes == 1 else CLUSTER_DEFAULTS
+        secure = bool(overrides.get("secure", _env_int("FANLINE_INFRA_SECURE", 0)))
+        if secure and nodes > 1:
+            raise InfraError("FANLINE_INFRA_SECURE=1 (SECURE=1) runs a single node of each engine, not a cluster")
+        d = SECURE_DEFAULTS if secure else SINGLE_DEFAULTS if nodes == 1 else CLUSTER_DEFAULTS
         values: dict[str, object] = dict(
             state_dir=Path(state).expanduser().resolve() if state else REPO_ROOT / str(d["state"]),
             nodes=nodes,
+            secure=secure,
             cassandra_version=_env_str("FANLINE_CASSANDRA_VERSION", DEFAULT_CASSANDRA_VERSION),
             kafka_version=_env_str("FANLINE_KAFKA_VERSION", DEFAULT_KAFKA_VERSION),
             log4j_version=_env_str("FANLINE_LOG4J_VERSION", DEFAULT_LOG4J_VERSION),

@@ -21,6 +21,7 @@ from .engine import _Engine
 from .errors import EngineStartError
 from .files import _last_match, _read_jvm_options, _render
 from .probes import kafka_live_brokers
+from .secure import KAFKA_ADMIN, KAFKA_USER, SecureMaterial
 
 
 class _Kafka(_Engine):
@@ -34,6 +35,7 @@ class _Kafka(_Engine):
         self.main_log = self.log_dir / "server.log"
         # One KRaft cluster id for all of a cluster's brokers (formatted with it).
         self.cluster_id_file = self.kind_home / "cluster.id"
+        self.material = SecureMaterial(config.state_dir, config.java) if config.secure else None
 
     def maven_properties(self) -> dict[str, str]:
         return {"kafka.version": self.version, "log4j.version": self.config.log4j_version}
@@ -74,6 +76,9 @@ class _Kafka(_Engine):
     def prepare(self) -> None:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.material is not None:
+            self.material.ensure()
+            self.conf_dir.chmod(0o700)  # the rendered properties hold passwords
         (self.conf_dir / "server.properties").write_text(self.config_text(), encoding="utf-8")
         shutil.copyfile(HERE / "kafka" / "log4j2.xml", self.conf_dir / "log4j2.xml")
         if not (self.data_dir / "meta.properties").is_file():
@@ -89,6 +94,14 @@ class _Kafka(_Engine):
             "data_dir": self.data_dir,
         }
         template = "server.properties"
+        if self.material is not None:
+            template = "server-secure.properties"
+            values.update(
+                keystore=self.material.keystore,
+                truststore=self.material.truststore,
+                store_password=self.material.password("store"),
+                admin_password=self.material.password("kafka-admin"),
+            )
         if cfg.clustered:
             # Static quorum: every broker is also a controller voter (combined mode).
             template = "server-cluster.properties"
@@ -115,6 +128,10 @@ class _Kafka(_Engine):
         ]
         if not self.config.clustered:
             cmd.append("--standalone")  # a cluster's static voters need no flag
+        if self.material is not None:
+            # SCRAM users live in the metadata log: added when it is created.
+            for user, secret in ((KAFKA_ADMIN, "kafka-admin"), (KAFKA_USER, "kafka-fanline")):
+                cmd += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={self.material.password(secret)}]"]
         result = subprocess.run(cmd, cwd=self.home, capture_output=True, text=True, timeout=180)
         (self.log_dir / "format.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
@@ -129,7 +146,9 @@ class _Kafka(_Engine):
 
     def probe(self) -> bool:
         try:
-            return kafka_live_brokers(self.host, self.config.kafka_port, timeout=5.0) >= 1
+            tls = self.material.client_context() if self.material is not None else None
+            login = self.material.kafka_login() if self.material is not None else None
+            return kafka_live_brokers(self.host, self.config.kafka_port, timeout=5.0, tls=tls, login=login) >= 1
         except (OSError, ConnectionError, struct.error):
             return False
 

@@ -30,6 +30,7 @@ from .files import _read_jvm_options
 from .kafka import _Kafka
 from .probes import kafka_live_brokers
 from .process import _signal_group, _wait_for
+from .secure import SecureMaterial
 
 
 def _java_major(java: str) -> int:
@@ -88,6 +89,8 @@ class LocalInfra:
         if self.config.clustered:
             rf = str(min(3, self.config.nodes))
             env.update({"FANLINE_CASSANDRA_RF": rf, "FANLINE_TOPIC_RF": rf})
+        if self.config.secure:
+            env.update(SecureMaterial(self.config.state_dir, self.config.java).settings_env())
         return env
 
     def node(self, kind: str, number: int) -> _Engine:

@@ -17,7 +17,11 @@ counted: the policy's exempt routes (health, readiness, metrics; the
 gateway's live streams, which stay open for hours and have their own
 per-user cap) and requests a peer marks as background work
 (``http_client.PRIORITY_HEADER``: the fan-out worker's writes have their own
-adaptive limit). A refusal carries ``X-Fanline-Overloaded: <service>`` so a
+adaptive limit) -- the mark counts only on a request that also carries the
+service credential (``internal_auth``), so nobody outside can skip the
+queue by sending it (the gateway, which has no credential to check, never
+honours it and drops every ``X-Fanline-*`` header at its edge). A refusal
+carries ``X-Fanline-Overloaded: <service>`` so a
 calling service knows the peer shed it (``errors.Overloaded``) and does not
 retry it inside a user's request.
 
@@ -30,6 +34,7 @@ queue is a deque of futures, 40 lines.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections import deque
@@ -42,11 +47,13 @@ from . import metrics
 from .errors import OVERLOADED_HEADER, Overloaded
 from .http_client import BACKGROUND, BULK, PRIORITY_HEADER
 from .http_routes import error_body, json_response
+from .internal_auth import HEADER as INTERNAL_TOKEN_HEADER
 from .policies import AdmissionPolicy
 
 log = logging.getLogger(__name__)
 _PRIORITY = PRIORITY_HEADER.encode()
 _BACKGROUND = (BACKGROUND.encode(), BULK.encode())  # a large fan-out's slices are background work too
+_TOKEN = INTERNAL_TOKEN_HEADER.encode()
 
 
 class LatencyLimit:
@@ -210,12 +217,15 @@ def route_template(scope: Scope) -> str:
 
 class AdmissionMiddleware:
     """ASGI middleware: the service's requests pass through one ``Gate``
-    (see the module docstring for what is exempt)."""
+    (see the module docstring for what is exempt). ``internal_token``: the
+    service credential (``FANLINE_INTERNAL_TOKEN``); only a request carrying
+    it may mark itself as background work. None (the gateway): no request may."""
 
-    def __init__(self, app: ASGIApp, *, policy: AdmissionPolicy, service: str) -> None:
+    def __init__(self, app: ASGIApp, *, policy: AdmissionPolicy, service: str, internal_token: str | None = None) -> None:
         self.app = app
         self.policy = policy
         self.service = service
+        self._token = internal_token.encode() if internal_token else None
         self.gate = Gate(policy, service=service)
         self._unsampled = set(policy.unsampled)
         # Exported at 0 from the start, so the dashboard shows a flat line
@@ -233,10 +243,15 @@ class AdmissionMiddleware:
         path: str = scope.get("path", "")
         if path in self.policy.exempt_paths or path.startswith(self.policy.exempt_prefixes):
             return True
+        if self._token is None:
+            return False
+        background = authenticated = False
         for name, value in scope.get("headers", ()):
             if name == _PRIORITY:
-                return bool(value in _BACKGROUND)
-        return False
+                background = value in _BACKGROUND
+            elif name == _TOKEN:
+                authenticated = hmac.compare_digest(value, self._token)
+        return background and authenticated
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not self.policy.enabled or self.exempt(scope):

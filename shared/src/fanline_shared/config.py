@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import SecretStr
+
+from .engine_security import CassandraSecurity, KafkaSecurity
 from .policies import AdmissionPolicy
 
 Backend = Literal["embedded", "cassandra"]
@@ -46,8 +49,10 @@ def internal_token(env: Env) -> str | None:
     """``FANLINE_INTERNAL_TOKEN``: the credential every ``/internal`` request
     carries (see ``internal_auth``). Unset means "none": the storage services
     then refuse every internal request (fail closed), and production refuses
-    to start. It travels in an HTTP header, so only visible ASCII."""
-    value = env.string("FANLINE_INTERNAL_TOKEN", "")
+    to start. It travels in an HTTP header, so only visible ASCII. Also read
+    from the file ``FANLINE_INTERNAL_TOKEN_FILE`` names."""
+    secret = env.secret("FANLINE_INTERNAL_TOKEN")
+    value = secret.get_secret_value() if secret is not None else ""
     if not value:
         if is_production(env):
             raise ConfigError("FANLINE_INTERNAL_TOKEN must be set in production (FANLINE_ENV=production)")
@@ -99,6 +104,24 @@ class Env:
         if value < 0:
             raise ConfigError(f"{name} must not be negative, got {value}")
         return value
+
+    def secret(self, name: str) -> SecretStr | None:
+        """A secret: the value of ``name``, or the content of the file that
+        ``name_FILE`` names (a mounted Secret; one trailing newline dropped);
+        None if neither is set. Never both. The value never appears in an
+        error message, nor in the ``repr`` of what holds it (``SecretStr``)."""
+        inline = self._env.get(name, "")
+        path = self._env.get(f"{name}_FILE", "").strip()
+        if inline and path:
+            raise ConfigError(f"set {name} or {name}_FILE, not both")
+        if path:
+            try:
+                inline = Path(path).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+            except OSError as exc:
+                raise ConfigError(f"{name}_FILE: cannot read {path} ({exc.strerror})") from None
+            if not inline:
+                raise ConfigError(f"{name}_FILE: {path} is empty")
+        return SecretStr(inline) if inline else None
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self._env.get(name, "").strip().lower()
@@ -176,6 +199,8 @@ class StorageSettings:
     # framing, which TCP's own checksums and Cassandra's per-sstable checksums
     # mostly cover. FANLINE_CASSANDRA_PROTOCOL=5 opts in (falls back to v4).
     protocol_version: int = 4
+    # Client encryption and PasswordAuthenticator credentials (engine_security).
+    security: CassandraSecurity = field(default_factory=CassandraSecurity)
     # What a service does with its Cassandra schema at start: "migrate" it
     # (development, tests, make run: one command does everything), or "wait"
     # until the migrate job has brought it to the version the code needs and
@@ -199,6 +224,7 @@ class StorageSettings:
             local_dc=env.string("FANLINE_CASSANDRA_DC", "datacenter1"),
             request_timeout_s=env.number("FANLINE_CASSANDRA_TIMEOUT_S", 10.0, positive=True),
             protocol_version=int(env.choice("FANLINE_CASSANDRA_PROTOCOL", "4", ("4", "5"))),
+            security=CassandraSecurity.from_env(env) if backend == "cassandra" else CassandraSecurity(),
             schema_at_start=env.choice("FANLINE_SCHEMA_AT_START", "migrate", ("migrate", "wait")),  # type: ignore[arg-type]
             schema_wait_s=env.number("FANLINE_SCHEMA_WAIT_S", 600.0, positive=True),
         )
@@ -224,6 +250,8 @@ class KafkaSettings:
     # event (real Kafka keeps it), "applied" once the fan-out worker applied
     # it (the embedded broker keeps messages in memory only; see outbox.py).
     outbox_ack: Literal["broker", "applied"] = "broker"
+    # TLS and SASL of every Kafka client (engine_security).
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     @property
     def ack_when_applied(self) -> bool:
@@ -247,21 +275,32 @@ class KafkaSettings:
             replication_factor=env.integer("FANLINE_TOPIC_RF", 1, minimum=1),
             request_timeout_s=env.number("FANLINE_KAFKA_TIMEOUT_S", 5.0, positive=True),
             outbox_ack=outbox_ack,  # type: ignore[arg-type]
+            security=KafkaSecurity.from_env(env),
         )
+
+
+# A service's metrics port, unless set: its HTTP port plus this (8000 -> 8050).
+METRICS_PORT_OFFSET = 50
 
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """Where a service listens."""
+    """Where a service listens: ``port`` for its API, probes included, and
+    ``metrics_port`` for ``/metrics`` alone (Prometheus), which the API port
+    does not serve -- so a proxy or Ingress in front of the API exposes no
+    metrics, and a NetworkPolicy can admit Prometheus to that port only."""
 
     host: str
     port: int
+    metrics_port: int = 0
 
     @classmethod
     def from_env(cls, env: Env, prefix: str, default_port: int) -> HttpSettings:
+        port = env.integer(f"FANLINE_{prefix}_PORT", default_port, minimum=0)
         return cls(
             host=env.string(f"FANLINE_{prefix}_HOST", "127.0.0.1"),
-            port=env.integer(f"FANLINE_{prefix}_PORT", default_port, minimum=0),
+            port=port,
+            metrics_port=env.integer(f"FANLINE_{prefix}_METRICS_PORT", port + METRICS_PORT_OFFSET if port else 0, minimum=0),
         )
 
 
@@ -273,7 +312,7 @@ class PeerSettings:
     tweet_store_url: str
     timeout_s: float
     # Sent on every request to a peer (FANLINE_INTERNAL_TOKEN); None sends none.
-    internal_token: str | None = None
+    internal_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, env: Env) -> PeerSettings:

@@ -29,15 +29,17 @@ _READ = "fanline.env_read"
 Reader = Callable[[Env, type[Any]], Any]
 
 
-def env_field(read: Callable[[Env], T]) -> T:
-    """A field filled by ``read(env)`` (several variables, a nested policy)."""
-    return class_field(lambda env, _cls: read(env))
+def env_field(read: Callable[[Env], T], *, secret: bool = False) -> T:
+    """A field filled by ``read(env)`` (several variables, a nested policy).
+    ``secret``: the field stays out of the settings' ``repr`` (and so out of
+    any log line that prints them)."""
+    return class_field(lambda env, _cls: read(env), secret=secret)
 
 
-def class_field(read: Callable[[Env, Any], T]) -> T:
+def class_field(read: Callable[[Env, Any], T], *, secret: bool = False) -> T:
     """A field filled by ``read(env, cls)``: for base classes whose fields
     depend on the subclass being built (its service name, its port)."""
-    return dataclasses.field(metadata={_READ: read})  # type: ignore[no-any-return]
+    return dataclasses.field(metadata={_READ: read}, repr=not secret)  # type: ignore[no-any-return]
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:

@@ -1,5 +1,6 @@
 """The HTTP edge shared by every service: routes with metrics, the error body,
-JSON in and out, and the operations endpoints (/healthz, /readyz, /metrics).
+JSON in and out, and the operations endpoints (/healthz, /readyz; /metrics is
+served on a port of its own, ``http_server.MetricsPort``).
 
 Domain errors become status codes here and only here.
 """
@@ -116,10 +117,18 @@ async def read_json_object(request: Request, max_bytes: int = MAX_BODY_BYTES) ->
     return value
 
 
+class Degraded(Exception):
+    """Raised by a readiness check whose dependency is unavailable but not
+    needed to serve: ``/readyz`` stays ``200`` and reports it under
+    ``degraded`` (e.g. the gateway's Kafka: posts wait in the outbox)."""
+
+
 def ops_routes(service: str, checks: Mapping[str, ReadinessCheck], *, public: bool = False) -> list[Route]:
-    """``/healthz`` (process alive), ``/readyz`` (every dependency answers) and
-    ``/metrics``. ``checks`` maps a dependency name to a coroutine that raises
-    when that dependency is unavailable.
+    """``/healthz`` (process alive) and ``/readyz`` (every dependency
+    answers). ``checks`` maps a dependency name to a coroutine that raises
+    when that dependency is unavailable (``Degraded``: unavailable, but the
+    service is ready without it). ``/metrics`` is not here: it is served on
+    the service's metrics port only (``http_server.serve``, ``MetricsPort``).
 
     ``public``: the port faces the Internet (the gateway). ``/readyz`` then
     names a failing dependency but not why (error texts can carry internal
@@ -129,33 +138,43 @@ def ops_routes(service: str, checks: Mapping[str, ReadinessCheck], *, public: bo
     async def healthz(_: Request) -> Response:
         return json_response({"status": "ok", "service": service})
 
+    def shown(problems: dict[str, str]) -> dict[str, str]:
+        return {name: "unavailable" for name in problems} if public else problems
+
     async def readyz(_: Request) -> Response:
         failing: dict[str, str] = {}
+        degraded: dict[str, str] = {}
         for name, check in checks.items():
             try:
                 await check()
+            except Degraded as exc:
+                degraded[name] = str(exc) or type(exc).__name__
             except Exception as exc:  # noqa: BLE001 - any failure means not ready
                 failing[name] = str(exc) or type(exc).__name__
+        if public and (failing or degraded):
+            log.warning("not ready: %s; degraded: %s", failing, degraded)
         if failing:
             names = ", ".join(sorted(failing))
             body = error_body("unavailable", f"not ready: {names} unavailable")
-            if public:
-                log.warning("not ready: %s", failing)
-                body["dependencies"] = {name: "unavailable" for name in failing}
-            else:
-                body["dependencies"] = failing
+            body["dependencies"] = shown(failing)
+            if degraded:
+                body["degraded"] = shown(degraded)
             return json_response(body, 503, {"Retry-After": "1"})
-        return json_response({"status": "ready", "service": service, "dependencies": sorted(checks)})
-
-    async def metrics_endpoint(_: Request) -> Response:
-        payload, content_type = metrics.render()
-        return Response(payload, media_type=content_type)
+        ready: dict[str, Any] = {"status": "ready", "service": service, "dependencies": sorted(checks)}
+        if degraded:
+            ready["degraded"] = shown(degraded)
+        return json_response(ready)
 
     return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
     ]
+
+
+def metrics_response() -> Response:
+    """The exposition text of every metric (``metrics.render``)."""
+    payload, content_type = metrics.render()
+    return Response(payload, media_type=content_type)
 
 
 async def http_exception_handler(request: Request, exc: Exception) -> Response:

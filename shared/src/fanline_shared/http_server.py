@@ -1,9 +1,14 @@
-"""Running a service: logging set-up and uvicorn with uvloop."""
+"""Running a service: logging set-up and uvicorn with uvloop, on two ports:
+the service's own (its API and probes) and its metrics port (``/metrics``
+only, ``MetricsPort``)."""
 
 from __future__ import annotations
 
 import gc
+import logging
 import os
+import socket
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +16,9 @@ import uvicorn
 
 from . import logs
 from .config import Env, HttpSettings, LogSettings
+from .http_routes import error_body, json_response, metrics_response
+
+log = logging.getLogger(__name__)
 
 
 def configure_logging(service: str) -> None:
@@ -56,11 +64,50 @@ class _AfterStartup:
         await self._app(scope, receive, send_after)
 
 
+class MetricsPort:
+    """ASGI wrapper: a request that came in on the metrics port gets
+    ``/metrics`` (and nothing else); every other request goes to the app,
+    which serves no ``/metrics`` (so the API port, the one a proxy or an
+    Ingress exposes, never shows them)."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.app = app
+        self.port = port
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and (scope.get("server") or ("", None))[1] == self.port:
+            if scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+                response = metrics_response()
+            else:
+                response = json_response(error_body("not_found", "the metrics port serves /metrics only"), 404)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (as uvicorn binds its own)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        log.error("cannot listen on %s:%d: %s", host, port, exc)
+        sys.exit(1)
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(app: Any, http: HttpSettings, service: str) -> None:
-    """Serve ``app`` until SIGINT/SIGTERM; uvicorn runs the lifespan."""
+    """Serve ``app`` on ``http.port`` and ``/metrics`` on ``http.metrics_port``
+    until SIGINT/SIGTERM; uvicorn runs the lifespan."""
     configure_logging(service)
-    uvicorn.run(
-        _AfterStartup(app, tune_gc_after_startup),
+    sockets = [bind(http.host, http.port), bind(http.host, http.metrics_port)]
+    metrics_port = sockets[1].getsockname()[1]
+    config = uvicorn.Config(
+        _AfterStartup(MetricsPort(app, metrics_port), tune_gc_after_startup),
         host=http.host,
         port=http.port,
         loop="uvloop",
@@ -79,3 +126,7 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
         timeout_keep_alive=75,
         lifespan="on",
     )
+    server = uvicorn.Server(config)
+    server.run(sockets=sockets)
+    if not server.started:
+        sys.exit(3)  # uvicorn's own exit status for a failed start-up

@@ -32,6 +32,7 @@ from . import metrics
 from .config import KafkaSettings
 from .domain import OutboxEvent
 from .errors import Unavailable
+from .kafka_topics import MIN_INSYNC, Durability, correct_min_insync, min_insync_for
 from .logs import kafka_headers
 from .policies import EVENT_PRODUCER, ProducerBounds
 
@@ -48,11 +49,21 @@ DELIVERED_IDS_KEPT = 20_000
 
 
 async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dict[str, int]:
-    """Create the events, dead-letter and fan-out chunks topics if missing; return partition
-    counts. Raise ``Unavailable`` if the broker does not answer, and
-    ``RuntimeError`` if an existing events topic has fewer partitions than
-    configured (operators must add partitions deliberately)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    """Create the events, dead-letter and fan-out chunks topics if missing,
+    and raise a ``min.insync.replicas`` below one less than the replication
+    factor on any of them (``kafka_topics``); return partition counts. Raise
+    ``Unavailable`` if the broker does not answer, and ``RuntimeError`` if an
+    existing events topic has fewer partitions than configured (operators
+    must add partitions deliberately)."""
+    counts, _ = await ensure_topics_report(settings, timeout_s)
+    return counts
+
+
+async def ensure_topics_report(settings: KafkaSettings, timeout_s: float = 30.0) -> tuple[dict[str, int], dict[str, Durability]]:
+    """``ensure_topics``, also returning each topic's durability (``fanline topics ensure``)."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.bootstrap, request_timeout_ms=int(timeout_s * 1000), **settings.security.client_kwargs()
+    )
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
     except (TimeoutError, KafkaError, OSError) as exc:
@@ -87,7 +98,7 @@ async def ensure_topics(settings: KafkaSettings, timeout_s: float = 30.0) -> dic
                 f"topic {settings.events_topic} has {counts.get(settings.events_topic)} partitions, "
                 f"fewer than FANLINE_TOPIC_PARTITIONS={settings.partitions}"
             )
-        return counts
+        return counts, await correct_min_insync(admin, list(wanted))
     except KafkaError as exc:
         raise Unavailable(f"kafka error while creating topics: {exc!r}") from None
     finally:
@@ -102,7 +113,7 @@ def topic_configs(replication_factor: int) -> dict[str, str]:
     operator changed it), which would acknowledge writes held by one broker."""
     if replication_factor < 2:
         return {}
-    return {"min.insync.replicas": str(replication_factor - 1)}
+    return {MIN_INSYNC: str(min_insync_for(replication_factor))}
 
 
 def min_insync_replicas(replication_factor: int) -> int:
@@ -223,6 +234,7 @@ class EventPublisher:
                 acks="all",
                 linger_ms=0,
                 request_timeout_ms=int(self._settings.request_timeout_s * 1000),
+                **self._settings.security.client_kwargs(),  # TLS / SASL (engine_security)
                 metadata_max_age_ms=METADATA_MAX_AGE_MS,
             )
             try:
@@ -387,10 +399,12 @@ class EventPublisher:
         return done
 
     async def ping(self) -> None:
-        """Raise ``Unavailable`` unless a producer is connected (or can be) and
-        knows the events topic's partitions."""
+        """Raise ``Unavailable`` unless a producer is connected (or can be), a
+        broker answers a metadata request now (the producer's cached metadata
+        would hide an outage) and the events topic has partitions."""
         producer = await self._ensure()
         try:
+            await asyncio.wait_for(producer.client.fetch_all_metadata(), 3.0)
             await asyncio.wait_for(producer.partitions_for(self._settings.events_topic), 3.0)
         except (TimeoutError, KafkaError, OSError) as exc:
             raise Unavailable(f"kafka unavailable: {repr(exc)[: self._bounds.max_error_chars]}") from None

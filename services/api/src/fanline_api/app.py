@@ -23,7 +23,7 @@ from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import validate_limit
 from fanline_shared.errors import BadRequest, InvalidInput, Unavailable
-from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, ops_routes, read_json_object, route
+from fanline_shared.http_routes import EXCEPTION_HANDLERS, Degraded, json_response, ops_routes, read_json_object, route
 from fanline_shared.kafka import EventPublisher, ensure_topics
 from fanline_shared.logs import RequestIdMiddleware
 from fanline_shared.outbox import OutboxRelay
@@ -34,6 +34,7 @@ from .accounts import AccountCache
 from .config import Settings
 from .cursors import CursorCodec
 from .deadline import bounded
+from .edge import StripInternalHeaders
 from .gateway import Gateway
 from .mastodon.cors import ApiCorsMiddleware
 from .mastodon.routes import routes as mastodon_routes
@@ -45,8 +46,15 @@ from .stream_hub import Hub
 from .v1 import v1_page, v1_tweet, v1_user
 
 SERVICE = "api"
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ("social-graph", "tweet-store")
 # Retry-After of a 206 while a returning user's home timeline is regenerated.
 REGENERATION_RETRY_AFTER_S = 1
+# How long /readyz waits for Kafka: within the probes' 3 s timeout (deploy/k8s).
+KAFKA_READY_WAIT_S = 2.0
 log = logging.getLogger(__name__)
 
 
@@ -245,8 +253,25 @@ def create_app(settings: Settings) -> Starlette:
     async def check_tweets() -> None:
         await ready_peer(app.state.gateway.tweets)
 
+    kafka_ping: list[asyncio.Task[None]] = []  # the one ping in flight, shared by concurrent probes
+
     async def check_kafka() -> None:
-        await app.state.gateway.publisher.ping()
+        """Kafka answers within ``KAFKA_READY_WAIT_S``. Unless the operator made
+        it required (``FANLINE_READY_REQUIRES_KAFKA``), a failure only marks
+        the gateway degraded: posts wait in the outbox meanwhile, so taking
+        every replica out of its Service would turn a Kafka blip into an
+        outage. The ping is never cancelled (a producer start cut short would
+        leak), only waited for a while."""
+        if not kafka_ping or kafka_ping[0].done():
+            task = asyncio.create_task(app.state.gateway.publisher.ping())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved" log
+            kafka_ping[:] = [task]
+        try:
+            await asyncio.wait_for(asyncio.shield(kafka_ping[0]), KAFKA_READY_WAIT_S)
+        except Exception as exc:
+            if settings.ready_requires_kafka:
+                raise
+            raise Degraded(str(exc) or "kafka did not answer in time") from None
 
     # Every public route answers within its deadline (503 + Retry-After past it).
     deadline, password_deadline = settings.request_deadline, settings.password_deadline
@@ -283,9 +308,11 @@ def create_app(settings: Settings) -> Starlette:
     # Outermost (added last): past capacity a request is refused before any
     # work, the rate limiter's token lookup included.
     app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=SERVICE)
-    # Outermost: the request id (a client's well-formed X-Request-Id, else a
-    # new one) is bound before anything logs and returned on every answer.
+    # The request id (a client's well-formed X-Request-Id, else a new one) is
+    # bound before anything logs and returned on every answer.
     app.add_middleware(RequestIdMiddleware)
+    # Outermost: no X-Fanline-* header from outside reaches anything (edge.py).
+    app.add_middleware(StripInternalHeaders)
     return app
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fanline_shared.config import (
     ConfigError,
@@ -36,8 +36,10 @@ CURSOR_SECRET_MIN = 32
 def cursor_secret(env: Env) -> bytes:
     """FANLINE_CURSOR_SECRET: HMAC key of the paging cursors and of the web
     pages' CSRF tokens. The development default is public (it is in this
-    file), so production refuses it, any placeholder, and short values."""
-    value = env.string("FANLINE_CURSOR_SECRET", DEV_CURSOR_SECRET)
+    file), so production refuses it, any placeholder, and short values. Also
+    read from the file ``FANLINE_CURSOR_SECRET_FILE`` names."""
+    secret = env.secret("FANLINE_CURSOR_SECRET")
+    value = secret.get_secret_value() if secret is not None else DEV_CURSOR_SECRET
     if is_production(env):
         if value == DEV_CURSOR_SECRET or looks_like_placeholder(value):
             raise ConfigError(
@@ -85,13 +87,16 @@ class Settings:
     http: HttpSettings
     kafka: KafkaSettings
     peers: PeerSettings
-    cursor_secret: bytes
+    cursor_secret: bytes = field(repr=False)  # a secret: never in a repr (or a log line)
     relay_interval_s: float
     relay_stale_after_ms: int
     relay_lease_s: int
     rate_limits: RateLimitSettings
     ensure_topics: bool
     live: LiveSettings
+    # /readyz fails while Kafka is down (FANLINE_READY_REQUIRES_KAFKA); by
+    # default it only reports Kafka as degraded: posts wait in the outbox.
+    ready_requires_kafka: bool = False
     public_url: str | None = None
     registrations: bool = True  # FANLINE_REGISTRATIONS: may anyone sign up?
     account_cache_s: float = 5.0  # how old the counts shown in a status's account may be
@@ -121,6 +126,7 @@ class Settings:
                 env.number("FANLINE_PASSWORD_REQUEST_TIMEOUT_S", GATEWAY_PASSWORD_REQUEST.seconds, positive=True),
             ),
             live=LiveSettings.from_env(env),
+            ready_requires_kafka=env.boolean("FANLINE_READY_REQUIRES_KAFKA", False),
             public_url=public_url(env),
             registrations=env.boolean("FANLINE_REGISTRATIONS", True),
             account_cache_s=env.number("FANLINE_ACCOUNT_CACHE_S", 5.0),

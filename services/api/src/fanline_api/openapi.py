@@ -100,6 +100,10 @@ CURSOR = {
 }
 # A tweet id is a version-1 (time-based) UUID; any other UUID is 422 invalid_since_id.
 TWEET_ID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-1[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+# Last-Event-ID: a tweet id in either case, or empty (the server's rules,
+# streaming.last_event_id). The SSE standard's "last event ID" starts empty
+# and a client may send it so; the stream then starts live, not resuming.
+LAST_EVENT_ID_PATTERN = r"^$|^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-1[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 SINCE_ID = {
     "name": "since_id",
     "in": "query",
@@ -140,8 +144,9 @@ def _stream(summary: str, auth: bool) -> dict[str, Any]:
                 "name": "Last-Event-ID",
                 "in": "header",
                 "required": False,
-                "schema": {"type": "string", "format": "uuid"},
-                "description": "Resume after this tweet id",
+                "schema": {"type": "string", "pattern": LAST_EVENT_ID_PATTERN},
+                "description": "Resume after this tweet id; empty means not resuming (an event stream's "
+                "last event id is empty until it got one)",
             }
         ],
         "responses": {
@@ -357,9 +362,6 @@ def openapi_document(version: str) -> dict[str, Any]:
                 "summary": "Readiness (dependencies named when failing)",
                 "responses": {"200": {"description": "Ready"}, "503": _error("Not ready")},
             }
-        },
-        "/metrics": {
-            "get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text/plain exposition format"}}}
         },
         "/openapi.json": {"get": {"summary": "This document", "responses": ops_ok}},
     }

@@ -62,6 +62,7 @@ class EventTap:
                 request_timeout_ms=int(max(self._kafka.request_timeout_s, 5) * 1000) + 1000,
                 fetch_max_wait_ms=100,  # the update latency budget is 2 s end to end
                 metadata_max_age_ms=5000,  # notice the topic soon if it is created after us
+                **self._kafka.security.client_kwargs(),  # TLS / SASL (engine_security)
             )
             try:
                 await consumer.start()

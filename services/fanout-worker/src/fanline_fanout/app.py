@@ -29,6 +29,8 @@ import time
 from typing import Any
 
 import faust
+import mode
+from aiohttp import web
 from faust.types import TP
 from structlog.contextvars import bound_contextvars
 
@@ -53,6 +55,11 @@ from .handlers import FanoutHandlers
 from .pipeline import OrderedPipeline
 
 SERVICE = "fanout-worker"
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ("social-graph", "tweet-store")
 # Applied events are reported to their outbox's owner this often (embedded
 # broker only); well inside the relay's 3 s before it republishes an event.
 APPLIED_ACKS_INTERVAL_S = 0.2
@@ -180,6 +187,8 @@ def create_app(settings: Settings) -> faust.App:
         # done, so committing it can only skip work already done.
         stream_wait_empty=False,
         producer_acks=-1,
+        # TLS / SASL to the brokers, for its consumer and producer alike (engine_security).
+        broker_credentials=settings.kafka.security.faust_credentials(),
         store="memory://",
         datadir=str(settings.data_dir / settings.group_id),
         web_enabled=True,
@@ -342,10 +351,27 @@ def create_app(settings: Settings) -> faust.App:
             )
         return web.json({"status": "ready", "service": SERVICE, "assigned_partitions": len(app.consumer.assignment())})
 
-    @app.page("/metrics")
-    async def metrics_page(web: Any, request: Any) -> Any:
-        payload, content_type = metrics.render()
-        return web.bytes(payload, content_type=content_type.split(";")[0])
+    @app.service
+    class MetricsPort(mode.Service):  # type: ignore[misc]
+        """``/metrics`` on the worker's metrics port (``FANLINE_WORKER_METRICS_PORT``),
+        as every service serves it: never on the health port."""
+
+        runner: web.AppRunner | None = None
+
+        async def on_start(self) -> None:
+            async def render(_: web.Request) -> web.Response:
+                payload, content_type = metrics.render()
+                return web.Response(body=payload, content_type=content_type.split(";")[0])
+
+            server = web.Application()
+            server.router.add_get("/metrics", render)
+            self.runner = web.AppRunner(server, access_log=None)
+            await self.runner.setup()
+            await web.TCPSite(self.runner, settings.http.host, settings.http.metrics_port).start()
+
+        async def on_stop(self) -> None:
+            if self.runner is not None:
+                await self.runner.cleanup()
 
     app.fanline_clients = (social, tweets)  # type: ignore[attr-defined]
     return app

@@ -32,6 +32,11 @@ from .oauth_routes import oauth_routes
 from .service import SocialGraph, edges_json
 
 SERVICE = Settings.SERVICE
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ()
 log = get_logger(__name__)
 INTERNAL_PAGE_MAX = 10_000  # the fan-out worker pages followers in big pages
 

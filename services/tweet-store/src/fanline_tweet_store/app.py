@@ -20,9 +20,9 @@ from starlette.responses import Response
 from fanline_shared import metrics
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
-from fanline_shared.errors import BadRequest, InvalidInput, NotFound, Overloaded
+from fanline_shared.errors import BadRequest, DomainError, InvalidInput, NotFound, Overloaded
 from fanline_shared.http_client import BULK, PRIORITY_HEADER, caller_budget_s
-from fanline_shared.http_routes import json_response, read_json_object, route
+from fanline_shared.http_routes import Degraded, json_response, read_json_object, route
 from fanline_shared.logs import get_logger
 from fanline_shared.outbox.wire import event_to_json
 from fanline_shared.policies import FANOUT_PAGE
@@ -41,6 +41,11 @@ from .sids import SidGenerator, newer_than, older_than, parse_sid, to_sid, to_ti
 from .write_context import PageRefused, bulk_writes, page_budget
 
 SERVICE = Settings.SERVICE
+# The services this composition root constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ("social-graph",)  # home reads: whom the reader follows
 log = get_logger(__name__)
 MAX_OWNERS_PER_CALL = 10_000
 
@@ -152,6 +157,7 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
             max_rows=settings.home_max_rows,
             on_done=lambda owner: cap.schedule([owner]),
         )
+        app.state.social = social
         app.state.cap = cap
         app.state.store = TweetStore(
             s,
@@ -311,6 +317,25 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         removed = await store(request).home_purge(request.path_params["username"], author)
         return json_response({"removed": removed})
 
+    reached = {"social-graph": False}
+
+    async def check_social_graph() -> None:
+        """Home reads need social-graph (large accounts merged at read time,
+        reads past the stored rows, regeneration): a replica that has never
+        reached it -- a NetworkPolicy or a URL that is wrong -- is not ready,
+        so a rollout with that mistake stalls instead of serving home reads
+        that fail. Once reached, an outage of social-graph only marks this
+        replica degraded: tweets, userlines and the public timeline do not
+        need it, and taking every tweet-store out of its Service would turn
+        one service's outage into two (docs/operations/secure.md, "Readiness")."""
+        try:
+            await app.state.social.call("GET", "/healthz", operation="healthz", policy=None)
+        except DomainError as exc:
+            if reached["social-graph"]:
+                raise Degraded(exc.message) from None
+            raise
+        reached["social-graph"] = True
+
     routes = [
         route(SERVICE, "/internal/tweets", fg(create_tweet), ["POST"]),
         route(SERVICE, "/internal/tweets/{tweet_id}", fg(get_tweet), ["GET"]),
@@ -329,7 +354,12 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         route(SERVICE, "/internal/counts", fg(counts), ["GET"]),
     ]
     app = storage_app(
-        settings, __version__, routes, open_storage=lambda: storage or open_storage(settings, activity), running=running
+        settings,
+        __version__,
+        routes,
+        open_storage=lambda: storage or open_storage(settings, activity),
+        running=running,
+        checks={"social-graph": check_social_graph},
     )
     app.state.activity = activity  # read by tests: which routes count as user-facing
     return app

@@ -125,6 +125,8 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
             reconnection_policy=ExponentialReconnectionPolicy(
                 policies.CASSANDRA_RECONNECT.base_delay_s, policies.CASSANDRA_RECONNECT.max_delay_s
             ),
+            # Client encryption and PasswordAuthenticator credentials (engine_security).
+            **settings.security.cluster_kwargs(),
             **kwargs,
         )
         session = cluster.connect()

@@ -3,7 +3,8 @@
 The kit adds what every storage service serves the same way: the lifespan
 that opens, starts and finally closes the storage (``app.state.storage``),
 the outbox routes over ``storage.outbox``, ``/healthz``, ``/readyz`` (the
-storage answers) and ``/metrics``, and the middlewares — request id
+storage answers, and the service's own ``checks``; ``/metrics`` is on the
+metrics port, ``http_server.MetricsPort``), and the middlewares — request id
 (outermost: every answer carries it), admission control, then the internal
 credential. The service's own start-up and shutdown run inside, in
 ``running``.
@@ -12,7 +13,7 @@ credential. The service's own start-up and shutdown run inside, in
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
@@ -21,7 +22,7 @@ from starlette.routing import BaseRoute
 
 from .. import metrics
 from ..admission import AdmissionMiddleware
-from ..http_routes import EXCEPTION_HANDLERS, ops_routes
+from ..http_routes import EXCEPTION_HANDLERS, ReadinessCheck, ops_routes
 from ..internal_auth import InternalAuthMiddleware
 from ..logs import RequestIdMiddleware
 from ..outbox.routes import outbox_routes
@@ -38,13 +39,15 @@ def storage_app(
     *,
     open_storage: Callable[[], S],
     running: Callable[[Starlette, S], AbstractAsyncContextManager[None]],
+    checks: Mapping[str, ReadinessCheck] | None = None,
 ) -> Starlette:
     """The app of ``settings.SERVICE``: its ``routes`` plus the kit's.
 
     At start-up the lifespan calls ``open_storage()``, starts the storage and
     enters ``running(app, storage)`` (the service builds its domain objects
     there, on ``app.state``); at shutdown it leaves ``running`` and closes the
-    storage."""
+    storage. ``checks``: the service's own readiness checks, beside the
+    storage's (``ops_routes``)."""
     service = settings.SERVICE
 
     @contextlib.asynccontextmanager
@@ -66,12 +69,12 @@ def storage_app(
         routes=[
             *routes,
             *outbox_routes(service, lambda request: request.app.state.storage.outbox),
-            *ops_routes(service, {"storage": ping_storage}),
+            *ops_routes(service, {"storage": ping_storage, **(checks or {})}),
         ],
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
     )
     app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=service)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=service)
+    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=service, internal_token=settings.internal_token)
     app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
     return app

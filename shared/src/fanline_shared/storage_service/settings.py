@@ -29,5 +29,6 @@ class StorageServiceSettings(EnvSettings):
 
     http: HttpSettings = class_field(_http)
     storage: StorageSettings = env_field(StorageSettings.from_env)
-    internal_token: str | None = env_field(internal_token)  # FANLINE_INTERNAL_TOKEN (internal_auth.py)
+    # FANLINE_INTERNAL_TOKEN (internal_auth.py); a secret: never in a repr.
+    internal_token: str | None = env_field(internal_token, secret=True)
     admission: AdmissionPolicy = class_field(lambda env, cls: admission_policy(env, cls.ADMISSION))

@@ -1,5 +1,6 @@
-"""Regenerate scaledobject-keda-v1alpha1.json (the KEDA ScaledObject schema
-kubeconform validates deploy/k8s against; see README.md beside this file).
+"""Regenerate scaledobject-keda-v1alpha1.json and
+triggerauthentication-keda-v1alpha1.json (the KEDA schemas kubeconform
+validates deploy/k8s against; see README.md beside this file).
 
 Run in a throwaway virtualenv, not the project's (cloudcoil is not a
 dependency of Fanline)::
@@ -15,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cloudcoil.models.keda.v1alpha1 import ScaledObject  # type: ignore[import-not-found]
+from cloudcoil.models.keda.v1alpha1 import ScaledObject, TriggerAuthentication  # type: ignore[import-not-found]
 
-OUT = Path(__file__).with_name("scaledobject-keda-v1alpha1.json")
+HERE = Path(__file__).parent
 
 
 def strict(node: Any) -> Any:
@@ -35,15 +36,17 @@ def strict(node: Any) -> Any:
 
 
 def main() -> None:
-    schema = strict(ScaledObject.model_json_schema(by_alias=True, mode="validation"))
-    schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata", "spec"})
-    schema = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "description": "KEDA ScaledObject (keda.sh/v1alpha1), generated from cloudcoil-models-keda 2.16.1.0",
-        **schema,
-    }
-    OUT.write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {OUT}")
+    for model, kind in ((ScaledObject, "ScaledObject"), (TriggerAuthentication, "TriggerAuthentication")):
+        schema = strict(model.model_json_schema(by_alias=True, mode="validation"))
+        schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata", "spec"})
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "description": f"KEDA {kind} (keda.sh/v1alpha1), generated from cloudcoil-models-keda 2.16.1.0",
+            **schema,
+        }
+        out = HERE / f"{kind.lower()}-keda-v1alpha1.json"
+        out.write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

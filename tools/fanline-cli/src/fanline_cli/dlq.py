@@ -70,6 +70,20 @@ class DeadLetter:
         return "\n".join(lines)
 
 
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 15.0) -> list[int]:
+    """The topic's partition ids. A consumer with no subscription has no
+    metadata for any topic (aiokafka bootstraps with an empty topic list, and
+    ``topics()`` does not keep what it fetched), so its metadata is asked
+    for: against real Kafka ``partitions_for_topic`` alone answered None and
+    ``dlq inspect`` failed with "No partitions are currently assigned"."""
+    found = consumer.partitions_for_topic(topic)
+    if not found:
+        # aiokafka's own way to track a topic's metadata: add it (a refresh).
+        await asyncio.wait_for(consumer._client.add_topic(topic), timeout_s)
+        found = consumer.partitions_for_topic(topic)
+    return sorted(found or ())
+
+
 def _headers(raw: Iterable[tuple[str, bytes]] | None) -> dict[str, str]:
     return {name: (value or b"").decode(errors="replace") for name, value in (raw or ())}
 
@@ -83,6 +97,7 @@ async def read(settings: KafkaSettings, limit: int | None = None, timeout_s: flo
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         request_timeout_ms=int(timeout_s * 1000),
+        **settings.security.client_kwargs(),  # TLS / SASL (fanline_shared.engine_security)
     )
     try:
         await asyncio.wait_for(consumer.start(), timeout_s)
@@ -93,7 +108,7 @@ async def read(settings: KafkaSettings, limit: int | None = None, timeout_s: flo
         topics = await consumer.topics()
         if settings.dlq_topic not in topics:
             return []
-        partitions = sorted(consumer.partitions_for_topic(settings.dlq_topic) or ())
+        partitions = await _partitions(consumer, settings.dlq_topic)
         tps = [TopicPartition(settings.dlq_topic, p) for p in partitions]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
@@ -133,6 +148,7 @@ async def replay(settings: KafkaSettings, letters: list[DeadLetter], timeout_s: 
         enable_idempotence=settings.idempotence,
         acks="all",
         request_timeout_ms=int(timeout_s * 1000),
+        **settings.security.client_kwargs(),
     )
     try:
         await asyncio.wait_for(producer.start(), timeout_s)

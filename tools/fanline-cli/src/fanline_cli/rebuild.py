@@ -26,6 +26,11 @@ from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.config import PeerSettings
 
 SERVICE = "fanline-cli"
+# The services the CLI constructs peer clients for: its call
+# paths. deploy/k8s/base/networkpolicy.yaml admits exactly these, and
+# tests/ops/test_k8s.py derives the policies' callers from this list (and
+# checks it against the clients this package constructs).
+PEERS: tuple[str, ...] = ("social-graph", "tweet-store")
 
 
 @dataclass(frozen=True)
