@@ -688,7 +688,7 @@ FAKE_KUBECTL = """#!/usr/bin/env bash
 # Records its calls; answers like kubectl for the script's four calls.
 echo "$*" >> "$CALLS"
 case "$*" in
-  *"get deployment api"*) printf 'registry.example/fanline/api:0.1.0' ;;
+  *"get deployment api"*) printf 'registry.example/fanline/api:0.2.0' ;;
   *"create -f - -o name"*) cat > "$CREATED"; echo job.batch/fanline-cli-x7k2p ;;
   *"logs -f"*) echo "fanline.events: 8 partitions, ok" ;;
   *"get pods -l job-name=fanline-cli-x7k2p"*) printf '%s' "$EXIT_CODE" ;;
@@ -706,7 +706,7 @@ def test_the_cli_script_creates_the_job_follows_its_log_and_returns_its_exit_cod
     assert done.returncode == int(exit_code), done.stderr
     assert "8 partitions" in done.stdout
     (job,) = [d for d in yaml.safe_load_all(created.read_text()) if d]
-    assert container(job)["image"] == "registry.example/fanline/api:0.1.0", "the image the api Deployment runs"
+    assert container(job)["image"] == "registry.example/fanline/api:0.2.0", "the image the api Deployment runs"
     assert container(job)["args"] == ["topics", "verify"]
     assert [line.split()[2] for line in calls.read_text().splitlines()] == ["get", "create", "logs", "get"]
 

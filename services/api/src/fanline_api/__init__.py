@@ -1,3 +1,3 @@
 """api: the public HTTP gateway of Fanline."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,3 +1,3 @@
 """fanout-worker: consumes Fanline events and maintains home timelines."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

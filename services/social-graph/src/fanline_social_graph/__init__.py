@@ -1,3 +1,3 @@
 """social-graph: users, credentials, sessions and the follow graph."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

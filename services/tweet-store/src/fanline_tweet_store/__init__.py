@@ -1,3 +1,3 @@
 """tweet-store: tweets, userlines, the public timeline and home timelines."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

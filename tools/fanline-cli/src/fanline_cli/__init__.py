@@ -1,3 +1,3 @@
 """``fanline``: the operator's command line (see docs/operations/cli.md)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
