@@ -51,7 +51,8 @@ One concern per module: ``errors``, ``config`` (``InfraConfig``), ``files``
 (templates, JVM options, log tails), ``probes`` (wire protocols), ``process``
 (``/proc`` and signals), ``engine`` (Maven fetch and process lifecycle of one
 JVM), ``cassandra`` and ``kafka`` (the two engines), ``launcher``
-(``LocalInfra``), ``cli`` and ``__main__`` (the command line).
+(``LocalInfra``), ``tools`` (its nodetool and cassandra-stress command
+lines), ``cli`` and ``__main__`` (the command line).
 """
 
 from __future__ import annotations

@@ -3,15 +3,14 @@ fetches, starts (reusing engines that already answer), stops, reports status
 and versions of the Cassandra + Kafka pair -- or, with ``nodes > 1``
 (``FANLINE_INFRA_NODES``), of a cluster of that many Cassandra nodes and
 Kafka brokers on 127.0.0.11... -- under an inter-process lock on
-``<state>/.lock``; builds command lines for nodetool and cassandra-stress, and
-stops, kills, pauses and restarts single cluster nodes for fault tests.
-All public methods are idempotent."""
+``<state>/.lock``; stops, kills, pauses and restarts single cluster nodes
+for fault tests. Its command lines for nodetool and cassandra-stress come
+from the ``tools`` mixin. All public methods are idempotent."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import re
 import shutil
 import signal
@@ -23,14 +22,14 @@ from pathlib import Path
 from typing import TextIO
 
 from .cassandra import _Cassandra
-from .config import HERE, HOST, NODETOOL_MAIN, STRESS_MAIN, InfraConfig
+from .config import InfraConfig
 from .engine import _Engine
 from .errors import EngineStartError, InfraError, InfraUnavailable
-from .files import _read_jvm_options
 from .kafka import _Kafka
 from .probes import kafka_live_brokers
 from .process import _signal_group, _wait_for
 from .secure import SecureMaterial
+from .tools import CassandraTools
 
 
 def _java_major(java: str) -> int:
@@ -43,7 +42,7 @@ def _java_major(java: str) -> int:
     return int(m.group(2) or 0) if major == 1 else major
 
 
-class LocalInfra:
+class LocalInfra(CassandraTools):
     """Manage the local Cassandra + Kafka pair. All public methods are idempotent."""
 
     def __init__(self, config: InfraConfig | None = None, log: Callable[[str], None] | None = None) -> None:
@@ -337,77 +336,3 @@ class LocalInfra:
 
     def log_paths(self) -> dict[str, list[Path]]:
         return {e.name: [e.main_log, e.stdout_log] for e in self._engines()}
-
-    # -- tools -----------------------------------------------------------------------
-    def tools_classpath(self) -> str:
-        """Classpath (``<lib>/*``) of cassandra-all and its dependencies, fetched if needed.
-
-        It contains the server-side tools (nodetool, sstable tools) but not
-        cassandra-stress, which Apache does not publish to Maven Central.
-        """
-        self.fetch(only="cassandra")
-        return self.cassandra.classpath
-
-    def nodetool_command(self, *args: str, node: int = 1) -> list[str]:
-        """Command line for ``nodetool`` against the local node (a cluster's node ``node``;
-        needs the JMX port)."""
-        if not self.config.cassandra_jmx_port:
-            raise InfraUnavailable("nodetool needs JMX; FANLINE_CASSANDRA_JMX_PORT is 0")
-        engine = self.node("cassandra", node)
-        return [
-            self.config.java,
-            "-Xmx128M",
-            *self._tool_jvm_flags(),
-            "-cp",
-            self.tools_classpath(),
-            NODETOOL_MAIN,
-            "-h",
-            HOST,
-            "-p",
-            str(self.config.jmx_port(engine.node)),
-            *args,
-        ]
-
-    def stress_classpath(self) -> str:
-        """Classpath for cassandra-stress: a user-supplied ``stress.jar`` + cassandra-all deps.
-
-        ``org.apache.cassandra:cassandra-stress`` does not exist on Maven Central
-        (checked for 5.0.x); the tool ships only in the binary tarball as
-        ``tools/lib/stress.jar``. Point ``FANLINE_CASSANDRA_STRESS_JAR`` at such a
-        jar (or drop it at ``<state>/cassandra/tools/stress.jar``).
-        """
-        candidates = [os.environ.get("FANLINE_CASSANDRA_STRESS_JAR", ""), str(self.cassandra.home / "tools" / "stress.jar")]
-        for cand in candidates:
-            if cand and Path(cand).is_file():
-                return f"{Path(cand).resolve()}{os.pathsep}{self.tools_classpath()}"
-        raise InfraUnavailable(
-            "cassandra-stress is not published to Maven Central; set FANLINE_CASSANDRA_STRESS_JAR "
-            "to tools/lib/stress.jar from an apache-cassandra binary tarball of the same version"
-        )
-
-    def stress_command(self, *args: str) -> list[str]:
-        """Command line for ``cassandra-stress <args>`` against the local node."""
-        return [
-            self.config.java,
-            "-Xmx512M",
-            *self._tool_jvm_flags(),
-            "-Dcassandra.storagedir=" + str(self.cassandra.data_dir),
-            "-cp",
-            self.stress_classpath(),
-            STRESS_MAIN,
-            *args,
-            "-node",
-            HOST,
-            "-port",
-            f"native={self.config.cassandra_port}",
-        ]
-
-    @staticmethod
-    def _tool_jvm_flags() -> list[str]:
-        """Java 17 module flags from jvm.options plus quiet logging for client tools."""
-        flags = [
-            f
-            for f in _read_jvm_options(HERE / "cassandra" / "jvm.options")
-            if f.startswith(("--add-", "-Djdk.attach", "-Dio.netty", "-Djava.net"))
-        ]
-        return [*flags, f"-Dlogback.configurationFile=file://{HERE / 'cassandra' / 'logback-tools.xml'}"]

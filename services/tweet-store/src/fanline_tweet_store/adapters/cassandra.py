@@ -37,9 +37,10 @@ client timestamp past the row's write time: an unkeyed tweet is a plain
 INSERT stamped by tweet-store's clock, which an LWT (stamped by Cassandra's)
 cannot be relied on to shadow.
 
-Past 400 lines on purpose: the keyspace's schema beside the tweet and
-timeline statements it shapes; home timelines are ``cassandra_home.py``, the
-id-slot leases ``cassandra_slots.py``.
+This module holds the tweets' writes, lookups and userlines; the public
+timeline's reads are ``cassandra_public.py``, home timelines
+``cassandra_home.py``, the id-slot leases ``cassandra_slots.py`` and the
+schema ``cassandra_schema.py``.
 """
 
 from __future__ import annotations
@@ -63,31 +64,22 @@ from fanline_shared.cassandra import (
     execute_concurrent,
     execute_lwt,
     prepare,
-    unix_minute,
 )
 from fanline_shared.config import StorageSettings
-from fanline_shared.domain import OutboxEvent, Tweet, canonical, timeuuid_time
+from fanline_shared.domain import OutboxEvent, Tweet, canonical
 
 from ..home_writes import HomeWrites
 from ..limiter import AdaptiveLimit
 from . import OWNER, TweetStoreStorage
 from .cassandra_home import CassandraHomeTimeline, CassandraLargeAccounts
+from .cassandra_public import CassandraPublicLine, public_bucket
 from .cassandra_schema import MIGRATIONS
 from .cassandra_slots import CassandraIdSlots
 
-MINUTES_PER_DAY = 1440
 _LOOKUP_CONCURRENCY = 64
-_MINUTE_WINDOW_MAX = 16  # public-timeline minute buckets read at once
-_DAYS_PAGE = 32
 # Below every timeuuid in Cassandra's order (time 0; lsb bytes 0x80 are the
 # smallest signed bytes): the floor of an ascending read from the start.
 _MIN_TIMEUUID = uuid.UUID("00000000-0000-1000-8080-808080808080")
-
-
-def public_bucket(tweet_id: uuid.UUID) -> tuple[int, int]:
-    """``(day, minute)`` of a tweet in the public timeline (Unix day / minute)."""
-    minute = unix_minute(timeuuid_time(tweet_id))
-    return minute // MINUTES_PER_DAY, minute
 
 
 class CassandraTweets(Repository):
@@ -96,6 +88,7 @@ class CassandraTweets(Repository):
         self._outbox = outbox
         self._indexed_minutes: set[int] = set()
         self._indexed_days: set[int] = set()
+        self._public = CassandraPublicLine(keyspace)
 
     def _prepare(self, session: Session) -> None:
         ks = self._ks.name
@@ -127,29 +120,11 @@ class CassandraTweets(Repository):
         self._counts = p(session, f"SELECT tweets FROM {ks}.tweet_counts WHERE username_lc = ?")
         self._userline = p(session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? LIMIT ?")
         self._userline_before = p(session, f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id < ? LIMIT ?")
-        self._public_minute = p(session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? LIMIT ?")
-        self._public_minute_before = p(
-            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id < ? LIMIT ?"
-        )
-        self._minutes_of_day = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? LIMIT ?")
-        self._minutes_before = p(session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute < ? LIMIT ?")
-        self._days_before = p(session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day < ? LIMIT ?")
         # Ascending (min_id pages): the same partitions read oldest first.
         self._userline_after = p(
             session,
             f"SELECT tweet_id FROM {ks}.userline WHERE username_lc = ? AND tweet_id > ? ORDER BY tweet_id ASC LIMIT ?",
         )
-        self._public_minute_asc = p(
-            session, f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? ORDER BY tweet_id ASC LIMIT ?"
-        )
-        self._public_minute_after = p(
-            session,
-            f"SELECT tweet_id FROM {ks}.public_timeline WHERE minute = ? AND tweet_id > ? ORDER BY tweet_id ASC LIMIT ?",
-        )
-        self._minutes_after = p(
-            session, f"SELECT minute FROM {ks}.public_minutes WHERE day = ? AND minute > ? ORDER BY minute ASC LIMIT ?"
-        )
-        self._days_after = p(session, f"SELECT day FROM {ks}.public_days WHERE shard = 0 AND day > ? ORDER BY day ASC LIMIT ?")
         self._reserve = p(
             session,
             f"INSERT INTO {ks}.idempotency (username_lc, key, tweet_id, body) VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?",
@@ -303,38 +278,6 @@ class CassandraTweets(Repository):
             rows = await execute(self._session, self._userline_before, (canonical(username), before, limit), name="userline")
         return [r.tweet_id for r in rows]
 
-    async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
-        """Walk minute buckets newest first: the bucket of ``before`` (ids below
-        it), the earlier non-empty minutes of its day, then earlier days."""
-        if limit <= 0:
-            return []
-        ids: list[uuid.UUID] = []
-        if before is not None:
-            day, minute = public_bucket(before)
-            rows = await execute(self._session, self._public_minute_before, (minute, before, limit), name="public_minute")
-            ids.extend(r.tweet_id for r in rows)
-            if len(ids) < limit:
-                minutes = await execute(
-                    self._session, self._minutes_before, (day, minute, MINUTES_PER_DAY), name="public_minutes"
-                )
-                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
-            day_cursor = day
-        else:
-            # Start at the newest day that has tweets (which may be "in the
-            # future" for this clock), not at today.
-            day_cursor = 2**31 - 1
-        while len(ids) < limit:
-            days = await execute(self._session, self._days_before, (day_cursor, _DAYS_PAGE), name="public_days")
-            for row in days:
-                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY), name="public_minutes")
-                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids)))
-                if len(ids) >= limit:
-                    break
-            if len(days) < _DAYS_PAGE:
-                break
-            day_cursor = days[-1].day
-        return ids[:limit]
-
     async def userline_after(self, username: str, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
         if limit <= 0:
             return []
@@ -342,54 +285,13 @@ class CassandraTweets(Repository):
         rows = await execute(self._session, self._userline_after, (canonical(username), floor, limit), name="userline_after")
         return [r.tweet_id for r in rows]
 
-    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
-        """Walk minute buckets oldest first: the bucket of ``after`` (ids above
-        it), the later non-empty minutes of its day, then later days."""
-        if limit <= 0:
-            return []
-        ids: list[uuid.UUID] = []
-        day_cursor = -1
-        if after is not None:
-            day, minute = public_bucket(after)
-            rows = await execute(self._session, self._public_minute_after, (minute, after, limit), name="public_minute")
-            ids.extend(r.tweet_id for r in rows)
-            if len(ids) < limit:
-                minutes = await execute(self._session, self._minutes_after, (day, minute, MINUTES_PER_DAY), name="public_minutes")
-                ids.extend(await self._read_minutes([m.minute for m in minutes], limit - len(ids), ascending=True))
-            day_cursor = day
-        while len(ids) < limit:
-            days = await execute(self._session, self._days_after, (day_cursor, _DAYS_PAGE), name="public_days")
-            for row in days:
-                minutes = await execute(self._session, self._minutes_of_day, (row.day, MINUTES_PER_DAY), name="public_minutes")
-                oldest_first = sorted(m.minute for m in minutes)
-                ids.extend(await self._read_minutes(oldest_first, limit - len(ids), ascending=True))
-                if len(ids) >= limit:
-                    break
-            if len(days) < _DAYS_PAGE:
-                break
-            day_cursor = days[-1].day
-        return ids[:limit]
+    async def public(self, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
+        """Newest first (``cassandra_public.py``)."""
+        return await self._public.public(limit, before)
 
-    async def _read_minutes(self, minutes: list[int], need: int, *, ascending: bool = False) -> list[uuid.UUID]:
-        """Newest-first ids from these minute buckets (given newest first),
-        reading a growing window of buckets concurrently until ``need``;
-        with ``ascending``, oldest-first ids from buckets given oldest first."""
-        found: list[uuid.UUID] = []
-        start, window = 0, 1
-        while start < len(minutes) and len(found) < need:
-            chunk = minutes[start : start + window]
-            results = await execute_concurrent(
-                self._session,
-                self._public_minute_asc if ascending else self._public_minute,
-                [(m, need - len(found)) for m in chunk],
-                name="public_minute",
-                concurrency=len(chunk),
-            )
-            for rows in results:
-                found.extend(r.tweet_id for r in rows)
-            start += window
-            window = min(window * 2, _MINUTE_WINDOW_MAX)
-        return found[:need]
+    async def public_after(self, limit: int, after: uuid.UUID | None) -> list[uuid.UUID]:
+        """Oldest first (``cassandra_public.py``)."""
+        return await self._public.public_after(limit, after)
 
     async def counts(self, usernames: Sequence[str]) -> dict[str, int]:
         names = list(dict.fromkeys(canonical(u) for u in usernames))
