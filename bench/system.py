@@ -15,12 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.local.system import MODULES, System, child_setup, metrics_url_of
+from deploy.local.system import MODULES, System, child_setup, http_ok, metrics_url_of
 
 from . import probes
 
@@ -38,13 +37,7 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Pa
 def wait_ready(url: str, proc: subprocess.Popen[bytes] | None, timeout: float, what: str) -> None:
     """Until ``url`` answers 200; raises if ``proc`` exits or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
+    while not http_ok(url):
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} during start-up")
         if time.monotonic() > deadline:
@@ -146,13 +139,9 @@ class BenchSystem(System):
 
 
 def metrics_url(port: int) -> str:
-    """The /metrics of the process on ``port``: its metrics port if it answers
-    there, else its own port (a checkout from before metrics had a port)."""
-    try:
-        with urllib.request.urlopen(metrics_url_of(port), timeout=2):
-            return metrics_url_of(port)
-    except OSError:
-        return f"http://127.0.0.1:{port}/metrics"
+    """The /metrics of the process on ``port``: on its metrics port if that
+    answers, else on ``port`` (a checkout from before metrics had a port)."""
+    return metrics_url_of(port) if http_ok(metrics_url_of(port)) else f"http://127.0.0.1:{port}/metrics"
 
 
 def checkout(ref: str, log: Callable[[str], None]) -> tuple[Path, str]:

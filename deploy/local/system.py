@@ -229,7 +229,7 @@ class System:
         port = {"FANLINE_API_PORT": self.replica_url(index).rsplit(":", 1)[1]}
         self._spawn(name, [self.python, "-m", MODULES["api"]], {**(env or {}), **port})
         deadline = time.monotonic() + timeout
-        while not _http_ok(self.replica_url(index) + "/readyz"):
+        while not http_ok(self.replica_url(index) + "/readyz"):
             proc = self.procs[name]
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
@@ -301,7 +301,7 @@ class System:
                 proc = self.procs.get(name)
                 if proc is not None and proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
-                if _http_ok(self.url(name) + "/readyz"):
+                if http_ok(self.url(name) + "/readyz"):
                     break
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{name} not ready after {timeout:.0f}s ({self.url(name)}/readyz)")
@@ -336,7 +336,8 @@ def metrics_url_of(port: int) -> str:
     return f"http://127.0.0.1:{port + METRICS_PORT_OFFSET}/metrics"
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 within 2 s."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)
