@@ -168,7 +168,7 @@ def production_argon2(tmp_path: Path) -> Iterator[System]:
     and a short queue: the settings under test."""
     system = make_system(
         "embedded",
-        19750,
+        19850,  # clear of the first system's metrics ports (19700 + 50 ...)
         tmp_path,
         FANLINE_ARGON2_TIME_COST="3",
         FANLINE_ARGON2_MEMORY_KIB="65536",

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from deploy.local.system import System
+from deploy.local.system import System, metrics_url_of
 
 from .client import Api
 
@@ -18,7 +18,8 @@ REVOKED_WITHIN_S = 2.0
 
 
 def cache_hits(base_url: str) -> float:
-    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    """The session cache's hits on the gateway at ``base_url`` (its metrics port)."""
+    text = httpx.get(metrics_url_of(int(base_url.rsplit(":", 1)[1])), timeout=10).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
@@ -27,7 +28,7 @@ def cache_hits(base_url: str) -> float:
 
 
 def sessions_asked(system: System) -> float:
-    text = httpx.get(f"{system.url('social-graph')}/metrics", timeout=10).text
+    text = httpx.get(system.metrics_url("social-graph"), timeout=10).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
