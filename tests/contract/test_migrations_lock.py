@@ -107,3 +107,50 @@ async def test_a_dead_migrators_lease_lapses(sessions: Any, monkeypatch: pytest.
     waited = asyncio.get_running_loop().time() - started
     assert 2.5 < waited < 30, waited
     assert await migrations.schema_version(second, keyspace) == 3
+
+
+async def test_a_failed_renewal_is_retried_and_a_lost_lease_stops_the_migrator(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One renewal that fails (a timed-out LWT on a loaded machine) does not
+    end the renewals; a renewal that finds another holder makes the next
+    statement raise instead of running beside that holder's."""
+    keyspace, (first, *_) = sessions
+    monkeypatch.setattr(migrations, "LEASE_RENEW_S", 0.2)
+    real_lwt, real_retry = migrations.execute_lwt, migrations._with_retry
+    renewals = Counter[str]()
+
+    async def flaky_lwt(session: Any, statement: Any, params: Any = None, *, name: str) -> Any:
+        if str(statement).startswith("UPDATE"):
+            renewals["tried"] += 1
+            if renewals["tried"] == 1:
+                raise Unavailable("cassandra: CAS timed out (injected)")
+        return await real_lwt(session, statement, params, name=name)
+
+    async def slow(session: Any, statement: str, params: Any = None) -> Any:
+        if "CREATE TABLE IF NOT EXISTS" in statement and ".b " in statement + " ":
+            await asyncio.sleep(1.0)  # several renewal periods under the lease
+        return await real_retry(session, statement, params)
+
+    monkeypatch.setattr(migrations, "execute_lwt", flaky_lwt)
+    monkeypatch.setattr(migrations, "_with_retry", slow)
+    await migrations.migrate(first, keyspace, 1, SCRIPTS)
+    assert renewals["tried"] >= 3, renewals  # went on after the failure
+    assert await migrations.schema_version(first, keyspace) == 3
+
+    other = f"{keyspace}x"
+
+    async def stolen(session: Any, statement: str, params: Any = None) -> Any:
+        if "CREATE TABLE IF NOT EXISTS" in statement and f"{other}.b " in statement + " ":
+            # another holder has the row now (as after a lapse): renewals fail their condition
+            await execute(session, f"UPDATE {other}.schema_lock SET holder = 'thief' WHERE name = 'migrate'", name="t")
+            await asyncio.sleep(1.0)
+        return await real_retry(session, statement, params)
+
+    monkeypatch.setattr(migrations, "_with_retry", stolen)
+    try:
+        with pytest.raises(Unavailable, match="lost to thief"):
+            await migrations.migrate(first, other, 1, SCRIPTS)
+        assert await migrations.schema_version(first, other) == 1
+    finally:
+        await execute(first, f"DROP KEYSPACE IF EXISTS {other}", name="drop_keyspace")

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,14 +105,15 @@ async def migrate(
         f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_lock (name text PRIMARY KEY, holder text, since timestamp) "
         f"WITH ID = {_table_id(keyspace, 'schema_lock')}",
     )
-    async with _lease(session, keyspace, len(migrations), lock_timeout_s) as held:
-        if not held:  # another migrator brought it to this version meanwhile
+    async with _lease(session, keyspace, len(migrations), lock_timeout_s) as still_held:
+        if still_held is None:  # another migrator brought it to this version meanwhile
             return await _agree(session, keyspace)
         applied = await _applied(session, keyspace)
         for version, cql in enumerate(migrations, start=1):
             if version in applied:
                 continue
             for statement in _split(cql.replace("{keyspace}", keyspace)):
+                still_held()
                 await _with_retry(session, statement)
             await _with_retry(
                 session,
@@ -171,9 +172,11 @@ def _table_id(keyspace: str, table: str) -> uuid.UUID:
 
 
 @contextlib.asynccontextmanager
-async def _lease(session: Session, keyspace: str, wanted: int, timeout_s: float) -> AsyncIterator[bool]:
-    """Hold the keyspace's migration lease; yields False instead if the
-    schema reaches ``wanted`` while waiting for it."""
+async def _lease(session: Session, keyspace: str, wanted: int, timeout_s: float) -> AsyncIterator[Callable[[], None] | None]:
+    """Hold the keyspace's migration lease, renewed in the background; yields
+    a check that raises ``Unavailable`` once a renewal found the lease taken
+    by another holder (call it before each statement), or None instead if
+    the schema reaches ``wanted`` while waiting for the lease."""
     holder = f"{uuid.uuid4()}"
     take = (
         f"INSERT INTO {keyspace}.schema_lock (name, holder, since) VALUES ('migrate', %s, %s) "
@@ -185,22 +188,37 @@ async def _lease(session: Session, keyspace: str, wanted: int, timeout_s: float)
         if taken:
             break
         if await schema_version(session, keyspace) >= wanted:
-            yield False
+            yield None
             return
         if time.monotonic() > deadline:
             raise Unavailable(f"cassandra: {keyspace}'s migration lease is held by {getattr(current, 'holder', '?')}")
         log.info("cassandra: %s is being migrated by %s; waiting", keyspace, getattr(current, "holder", "?"))
         await asyncio.sleep(POLL_S)
     renew = f"UPDATE {keyspace}.schema_lock USING TTL {LEASE_TTL_S} SET holder = %s WHERE name = 'migrate' IF holder = %s"
+    lost: list[str] = []
 
     async def renewing() -> None:
+        # A failed renewal is retried, never the end of renewing: on a loaded
+        # machine one LWT timed out, the lease lapsed under a slow DDL and a
+        # second migrator ran every migration again.
         while True:
             await asyncio.sleep(LEASE_RENEW_S)
-            await execute_lwt(session, renew, (holder, holder), name="migrate_lock")
+            try:
+                renewed, current = await execute_lwt(session, renew, (holder, holder), name="migrate_lock")
+            except Exception as exc:  # noqa: BLE001 - retried at the next period, well within the TTL
+                log.warning("cassandra: renewing %s's migration lease failed, retrying: %s", keyspace, exc)
+                continue
+            if not renewed:
+                lost.append(str(getattr(current, "holder", None) or "nobody"))
+                return
+
+    def still_held() -> None:
+        if lost:
+            raise Unavailable(f"cassandra: {keyspace}'s migration lease was lost to {lost[0]}; migrate again")
 
     renewer = asyncio.create_task(renewing())
     try:
-        yield True
+        yield still_held
     finally:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
