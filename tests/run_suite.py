@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,7 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     _sink: IO[bytes] | None = None
+    _reported: bool = False
 
     @classmethod
     def start(cls, name: str, cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> Run:
@@ -136,12 +138,19 @@ class Run:
         stdout = sink if sink is not None else None
         stderr = subprocess.STDOUT if sink is not None else None
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=stdout, stderr=stderr, env={**os.environ, **(env or {})})
-        return cls(name, proc, log, _sink=sink)
+        run = cls(name, proc, log, _sink=sink)
+        # When it ended, not when the suite got round to waiting for it.
+        threading.Thread(target=run._watch, name=f"watch {name}", daemon=True).start()
+        return run
+
+    def _watch(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
 
     def wait(self) -> int:
         code = self.proc.wait()
-        if self.ended is None:
-            self.ended = time.monotonic()
+        if not self._reported:
+            self._reported = True
             if self._sink is not None:
                 self._sink.close()
             if self.log is not None:

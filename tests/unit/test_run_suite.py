@@ -75,6 +75,7 @@ def fake_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> type[FakePope
     monkeypatch.setattr(run_suite, "fetch_engines", lambda cluster: None)
     monkeypatch.setattr(run_suite, "stop_engines", lambda: FakePopen.timeline.append("stop"))
     monkeypatch.setattr(run_suite.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(run_suite.Run, "_watch", lambda self: None)  # the timeline records the suite's waits
     return FakePopen
 
 
