@@ -51,6 +51,8 @@ async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.Monkey
 
     async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
         nonlocal calls
+        if statement.startswith("SELECT version FROM"):
+            return []  # nothing applied yet (asked of the server)
         calls += 1
         raise Unavailable("cassandra: migrate failed: OperationTimedOut")
 

@@ -95,6 +95,10 @@ async def migrate(
         session,
         f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {{'class': 'NetworkTopologyStrategy', {replication}}}",
     )
+    # Every node knows the keyspace before a table goes into it: on a freshly
+    # started cluster one node lagged, and the next CREATE TABLE, coordinated
+    # there, failed with "Keyspace ... doesn't exist" (not retried: invalid).
+    await policies.retry(policies.MIGRATE_STATEMENT, lambda: _agree(session, keyspace))
     await _with_retry(
         session,
         f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp) "
@@ -150,12 +154,13 @@ async def wait_for_version(session: Session, keyspace: str, wanted: int, timeout
 
 
 async def _applied(session: Session, keyspace: str) -> set[int]:
-    meta = session.cluster.metadata.keyspaces.get(keyspace)
-    if meta is None or "schema_migrations" not in meta.tables:  # not created yet (the driver's schema events keep this current)
-        return set()
+    # Asked of the server, never of the driver's schema metadata: a migrator
+    # whose own CREATE ... IF NOT EXISTS was a no-op gets no schema event, and
+    # its metadata may still lack the table another migrator created -- it
+    # then saw nothing applied and ran every migration again.
     try:
         rows = await execute(session, f"SELECT version FROM {keyspace}.schema_migrations", name="migrate")
-    except InvalidRequest:  # dropped since
+    except InvalidRequest:  # no such keyspace or table (yet, or dropped since)
         return set()
     return {int(row.version) for row in rows}
 
