@@ -82,9 +82,11 @@ def staged(args: list[str]) -> bool:
     return True
 
 
-def engines_running() -> bool:
-    """Whether the launcher knows of a running engine (its state directory)."""
-    status = subprocess.run([sys.executable, "deploy/local/infra", "status"], cwd=REPO, capture_output=True, text=True)
+def engines_running(secure: bool = False) -> bool:
+    """Whether the launcher knows of a running engine (its state directory):
+    the single-node pair, or with ``secure`` the TLS/auth pair of test_secure."""
+    env = {**os.environ, "FANLINE_INFRA_SECURE": "1" if secure else "0"}
+    status = subprocess.run([sys.executable, "deploy/local/infra", "status"], cwd=REPO, capture_output=True, text=True, env=env)
     return " pid=" in status.stdout
 
 
@@ -96,9 +98,10 @@ def fetch_engines(cluster: bool) -> None:
         subprocess.call([sys.executable, "deploy/local/infra", "fetch"], cwd=REPO, env=env)
 
 
-def stop_engines() -> None:
-    """Stop the single-node engines (idempotent)."""
-    subprocess.call([sys.executable, "deploy/local/infra", "down"], cwd=REPO, stdout=subprocess.DEVNULL)
+def stop_engines(secure: bool = False) -> None:
+    """Stop the single-node engines, or with ``secure`` the TLS/auth pair (idempotent)."""
+    env = {**os.environ, "FANLINE_INFRA_SECURE": "1" if secure else "0"}
+    subprocess.call([sys.executable, "deploy/local/infra", "down"], cwd=REPO, stdout=subprocess.DEVNULL, env=env)
 
 
 def merge_fault_tables() -> None:
@@ -172,6 +175,8 @@ def main(args: list[str]) -> int:
         stale.unlink(missing_ok=True)
     serial = os.environ.get("FANLINE_SUITE_SERIAL", "").strip() not in ("", "0")
     already = engines_running()
+    # test_secure's pair outlives its session too (FANLINE_KEEP_INFRA): stopped here.
+    already_secure = engines_running(secure=True)
     runs: list[Run] = []
     cluster: Run | None = None
     t0 = time.monotonic()
@@ -207,6 +212,8 @@ def main(args: list[str]) -> int:
         merge_fault_tables()
         if not already:
             stop_engines()
+        if not already_secure:
+            stop_engines(secure=True)
     if serial:
         print("== the three-node cluster", flush=True)
         runs.append(Run.start("cluster", pytest(args, CLUSTER)))

@@ -71,9 +71,11 @@ def fake_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> type[FakePope
         monkeypatch.setattr(run_suite, name, tmp_path)
     for name, file in (("SOAK_LOG", "soak.log"), ("CLUSTER_LOG", "c.log"), ("FAULT_TABLE", "f.md"), ("SOAK_TABLE", "s.md")):
         monkeypatch.setattr(run_suite, name, tmp_path / file)
-    monkeypatch.setattr(run_suite, "engines_running", lambda: False)
+    monkeypatch.setattr(run_suite, "engines_running", lambda secure=False: False)
     monkeypatch.setattr(run_suite, "fetch_engines", lambda cluster: None)
-    monkeypatch.setattr(run_suite, "stop_engines", lambda: FakePopen.timeline.append("stop"))
+    monkeypatch.setattr(
+        run_suite, "stop_engines", lambda secure=False: FakePopen.timeline.append("stop secure" if secure else "stop")
+    )
     monkeypatch.setattr(run_suite.subprocess, "Popen", FakePopen)
     monkeypatch.setattr(run_suite.Run, "_watch", lambda self: None)  # the timeline records the suite's waits
     return FakePopen
@@ -90,7 +92,7 @@ def test_the_fault_tests_run_alone_after_everything_else(fake_suite: type[FakePo
     assert t[:3] == [f"start {r.SOAK}", f"start {r.CLUSTER}", f"start {r.NO_ENGINE}"]
     assert t.index(f"start {r.ENGINES}") > max(t.index(f"end {r.SOAK}"), t.index(f"end {r.NO_ENGINE}"))
     assert t.index(f"start {r.FAULTS}") > max(t.index(f"end {m}") for m in (r.SOAK, r.NO_ENGINE, r.ENGINES, r.CLUSTER))
-    assert t[-2:] == [f"end {r.FAULTS}", "stop"]
+    assert t[-3:] == [f"end {r.FAULTS}", "stop", "stop secure"]
 
 
 def test_no_session_may_stop_the_shared_engines(fake_suite: type[FakePopen]) -> None:
@@ -109,7 +111,7 @@ def test_serial_runs_the_cluster_last_once_the_engines_are_stopped(
     monkeypatch.setenv("FANLINE_SUITE_SERIAL", "1")
     run_suite.main([])
     t = fake_suite.timeline
-    assert t[-3:] == ["stop", f"start {run_suite.CLUSTER}", f"end {run_suite.CLUSTER}"]
+    assert t[-4:] == ["stop", "stop secure", f"start {run_suite.CLUSTER}", f"end {run_suite.CLUSTER}"]
 
 
 def test_the_selections_cover_every_test_once() -> None:
