@@ -201,6 +201,7 @@ def create_app(settings: Settings) -> Starlette:
             publisher,
             {"tweet-store": tweets, "social-graph": social},
             sweep_interval_s=settings.relay_interval_s,
+            read_every_s=settings.relay_read_s,
             stale_after_ms=settings.relay_stale_after_ms,
             ack_when_applied=settings.kafka.ack_when_applied,
             # One relay per outbox across the replicas (the rest stand by).

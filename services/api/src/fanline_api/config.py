@@ -89,6 +89,7 @@ class Settings:
     peers: PeerSettings
     cursor_secret: bytes = field(repr=False)  # a secret: never in a repr (or a log line)
     relay_interval_s: float
+    relay_read_s: float  # how often the relay reads the outboxes (default: three intervals)
     relay_stale_after_ms: int
     relay_lease_s: int
     rate_limits: RateLimitSettings
@@ -108,12 +109,14 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         env = Env(environ)
+        relay_interval_s = env.number("FANLINE_RELAY_INTERVAL_S", 1.0, positive=True)
         return cls(
             http=HttpSettings.from_env(env, "API", 8000),
             kafka=KafkaSettings.from_env(env),
             peers=PeerSettings.from_env(env),
             cursor_secret=cursor_secret(env),
-            relay_interval_s=env.number("FANLINE_RELAY_INTERVAL_S", 1.0, positive=True),
+            relay_interval_s=relay_interval_s,
+            relay_read_s=env.number("FANLINE_RELAY_READ_S", 3 * relay_interval_s, positive=True),
             relay_stale_after_ms=env.integer("FANLINE_RELAY_STALE_AFTER_MS", 3000, minimum=0),
             relay_lease_s=env.integer("FANLINE_RELAY_LEASE_S", 10, minimum=2),
             rate_limits=RateLimitSettings.from_env(env),

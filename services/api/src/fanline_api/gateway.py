@@ -106,6 +106,7 @@ class Gateway(AccountCases):
             self.relay.published(source, event.id)
             log.info("event.published", event_id=str(event.id), source=source, path="fast")
         else:
+            self.relay.read_soon()
             log.info(
                 "event.publish_deferred",
                 event_id=str(event.id),

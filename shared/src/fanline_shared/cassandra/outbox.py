@@ -30,6 +30,8 @@ OUTBOX_SHARDS = 8
 # right before the write; requests time out after seconds). Only buckets older
 # than that may be dropped from the bucket index once empty.
 OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
+# Ids per acknowledging statement (an IN list on one partition).
+_ACK_IDS = 100
 # Writers skip re-indexing a minute they indexed themselves only this recently.
 _INDEX_TRUST_MINUTES = 5
 
@@ -136,7 +138,8 @@ class CassandraOutbox:
             session,
             f"SELECT event_id, key, payload, request_id FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id < ? LIMIT ?",
         )
-        self._delete = prepare(session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id = ?", write=True)
+        # Acks delete every acknowledged row of one partition in one statement.
+        self._delete = prepare(session, f"DELETE FROM {ks}.outbox WHERE shard = ? AND minute = ? AND event_id IN ?", write=True)
         self._delete_minute = prepare(session, f"DELETE FROM {ks}.outbox_minutes WHERE shard = ? AND minute = ?", write=True)
         self._lease_take = prepare(
             session,
@@ -231,7 +234,17 @@ class CassandraOutbox:
     async def ack(self, event_ids: Sequence[uuid.UUID]) -> None:
         if not event_ids:
             return
-        params = [(*outbox_partition(event_id), event_id) for event_id in dict.fromkeys(event_ids)]
+        # One statement per partition (at most _ACK_IDS ids each): a flush of
+        # a second's acknowledgements is a handful of statements, not one per
+        # event (issue 31).
+        groups: dict[tuple[int, int], list[uuid.UUID]] = {}
+        for event_id in dict.fromkeys(event_ids):
+            groups.setdefault(outbox_partition(event_id), []).append(event_id)
+        params = [
+            (shard, minute, ids[i : i + _ACK_IDS])
+            for (shard, minute), ids in groups.items()
+            for i in range(0, len(ids), _ACK_IDS)
+        ]
         await execute_concurrent(self._session(), self._delete, params, name="outbox_ack", concurrency=32)
 
     async def acquire_lease(self, holder: str, ttl_s: int) -> bool:
