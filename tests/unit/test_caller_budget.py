@@ -91,7 +91,7 @@ def test_tweet_store_abandons_a_page_past_the_callers_budget(tmp_path: Any) -> N
     app = create_app(Settings.from_env({"FANLINE_DATA_DIR": str(tmp_path), "FANLINE_INTERNAL_TOKEN": token}))
     cancelled: list[bool] = []
 
-    async def queued_forever(tweet_id: uuid.UUID, author: str, owners: list[str]) -> None:
+    async def queued_forever(tweet_id: uuid.UUID, author: str, owners: list[str], **_: object) -> None:
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:

@@ -11,12 +11,13 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from fanline_fanout.app import Processor
 from fanline_fanout.handlers import FanoutHandlers
 from fanline_shared import events
 from fanline_shared.domain import new_timeuuid, utcnow
-from fanline_shared.errors import InvalidInput, NotFound, Unavailable
+from fanline_shared.errors import Conflict, InvalidInput, NotFound, Unavailable
 
 
 class FakeSocial:
@@ -57,13 +58,19 @@ class FakeTweets:
         self.fail_next = 0
         self.merged: list[tuple[str, str]] = []
         self.purged: list[tuple[str, str]] = []
+        self.checks = 0  # home_add calls that asked for the tweet check
 
     async def check_tweet(self, tweet_id: str) -> dict[str, Any]:
         if tweet_id not in self.tweets:
             raise NotFound("gone", code="tweet_not_found")
         return {"id": tweet_id, "username": self.authors.get(tweet_id, "star")}
 
-    async def home_add(self, tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
+    async def home_add(self, tweet_id: str, author: str, owners: list[str], *, bulk: bool = False, check: bool = False) -> None:
+        self.checks += check
+        if check:  # as tweet-store does: nothing is written for a gone or foreign tweet
+            stored = await self.check_tweet(tweet_id)
+            if stored["username"] != author:
+                raise Conflict("not the author's", code="author_mismatch")
         if self.fail_next:
             self.fail_next -= 1
             raise Unavailable("tweet-store down")
@@ -119,15 +126,25 @@ async def test_the_author_row_travels_with_the_first_page() -> None:
         calls: list[list[str]] = []
         add = tweets.home_add
 
-        async def counting(tweet_id: str, author: str, owners: list[str], add=add, calls=calls) -> None:  # type: ignore[no-untyped-def]
+        async def counting(tweet_id: str, author: str, owners: list[str], add=add, calls=calls, **kw) -> None:  # type: ignore[no-untyped-def]
             calls.append(owners)
-            await add(tweet_id, author, owners)
+            await add(tweet_id, author, owners, **kw)
 
         tweets.home_add = counting  # type: ignore[method-assign]
+        checked = tweets.check_tweet
+        separate: list[str] = []
+
+        async def spy(tweet_id: str, checked=checked, separate=separate) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+            separate.append(tweet_id)
+            return await checked(tweet_id)
+
+        tweets.check_tweet = spy  # type: ignore[method-assign]
         tweet_id = new_timeuuid()
         tweets.tweets.add(str(tweet_id))
         await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
         assert len(calls) == 1 and calls[0][0] == "star" and len(calls[0]) == followers + 1
+        # The tweet was checked by that write itself, not by a call of its own.
+        assert tweets.checks == 1 and len(separate) == 1  # the fake's check inside home_add
 
 
 async def test_redelivery_is_idempotent() -> None:
@@ -484,12 +501,12 @@ async def test_a_page_tweet_store_refused_is_sent_again_on_its_own(monkeypatch: 
     calls: list[int] = []
     refusals = [2]
 
-    async def refusing(tweet_id: str, author: str, owners: list[str], *, bulk: bool = False) -> None:
+    async def refusing(tweet_id: str, author: str, owners: list[str], *, bulk: bool = False, check: bool = False) -> None:
         calls.append(len(owners))
         if len(owners) == 500 and refusals[0]:  # the last page, refused twice
             refusals[0] -= 1
             raise Overloaded("too much queued", shed_by="tweet-store")
-        await add(tweet_id, author, owners, bulk=bulk)
+        await add(tweet_id, author, owners, bulk=bulk, check=check)
 
     tweets.home_add = refusing  # type: ignore[method-assign]
     tweet_id = new_timeuuid()
@@ -498,3 +515,25 @@ async def test_a_page_tweet_store_refused_is_sent_again_on_its_own(monkeypatch: 
     assert sorted(calls) == [500, 500, 500, 1000, 1001]  # three tries of the refused page, one of each other
     assert social.pages_served == 3
     assert sum(str(tweet_id) in ids for ids in tweets.rows.values()) == 2_501
+
+
+async def test_a_deleted_tweet_with_many_pages_writes_no_row_at_all() -> None:
+    """The first page's write carries the tweet check and completes before any
+    other page starts: a tweet deleted before its fan-out gets no row, not
+    even on the pages that would otherwise be in flight beside the first."""
+    handlers, social, tweets = make(5_000, page_size=1000, in_flight=4)
+    tweet_id = new_timeuuid()  # never stored (or deleted since)
+    await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
+    assert not any(tweets.rows.values())
+    assert tweets.checks == 1 and social.pages_served <= 2  # the first page, perhaps the next being read
+
+
+async def test_a_forged_author_writes_no_row_and_is_counted() -> None:
+    handlers, _, tweets = make(3_000, page_size=1000, in_flight=4)
+    tweet_id = new_timeuuid()
+    tweets.tweets.add(str(tweet_id))
+    tweets.authors[str(tweet_id)] = "someone_else"
+    before = REGISTRY.get_sample_value("fanline_events_forged_total", {"type": "TweetCreated"}) or 0.0
+    await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
+    assert not any(tweets.rows.values())
+    assert REGISTRY.get_sample_value("fanline_events_forged_total", {"type": "TweetCreated"}) == before + 1

@@ -35,14 +35,17 @@ class FollowerPages:
         with_author: bool = False,
         direction: str = "followers",
         max_followers: int | None = None,
+        first_alone: bool = False,
     ) -> str | None:
         """Page through the followers, running ``action`` on each page with
         up to ``pages_in_flight`` pages being written while the next is read.
         ``first_page``: the first page, already being fetched; ``with_author``:
         the author is added to the first page (written even with no followers).
         With ``max_followers``, stop after about that many and return where
-        the rest starts (None: every follower was done). Any failure
-        propagates after the in-flight pages settle."""
+        the rest starts (None: every follower was done). ``first_alone``: the
+        first page's ``action`` completes before any other starts (it checks
+        what the others rely on). Any failure propagates after the in-flight
+        pages settle."""
         pages = PagesInFlight(action, self._in_flight)
         after: str | None = None
         done = 0
@@ -60,7 +63,12 @@ class FollowerPages:
                 if with_author:
                     names.insert(0, author)
                     with_author = False
-                await pages.add(names)
+                if first_alone:
+                    first_alone = False
+                    await pages.add(names)
+                    await pages.finish()
+                else:
+                    await pages.add(names)
                 after = page.get("next")
                 if not after:
                     break

@@ -33,7 +33,7 @@ from fanline_shared import events, metrics
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.domain import OutboxEvent, canonical, utcnow
-from fanline_shared.errors import NotFound, Overloaded
+from fanline_shared.errors import Conflict, NotFound, Overloaded
 from fanline_shared.events import Event, FanoutChunk, Followed, TweetCreated, TweetDeleted, Unfollowed
 from fanline_shared.logs import get_logger
 from fanline_shared.policies import FANOUT_PAGE_SHED, retry
@@ -131,81 +131,79 @@ class FanoutHandlers:
     async def tweet_created(self, event: TweetCreated) -> None:
         data = event.data
         tweet_id = str(data.tweet_id)
-        # The first page of followers is read while the tweet is checked, and
-        # the author's own row goes with it: two round trips fewer per tweet,
-        # during which the fan-out would write nothing. The page also carries
-        # the author's follower count, when something depends on it.
-        # Only active followers: the others are skipped by the index itself
-        # and get their timeline regenerated when they come back.
+        # The first page of followers carries the author's follower count
+        # when something depends on it. Only active followers: the others
+        # are skipped by the index itself and get their timeline regenerated
+        # when they come back. The tweet is not fetched on its own: the first
+        # write (the author's row, with the first page) asks tweet-store to
+        # check that it is stored and is the author's, and writes nothing
+        # otherwise — one call per tweet fewer than a separate check, and no
+        # row is written before it (issue 31).
         counted = self._large_threshold is not None or self._chunk is not None
         first = asyncio.ensure_future(self._social.edges(data.author, "followers-active", self._page_size, None, counts=counted))
         try:
-            stored, followers = await asyncio.gather(self._tweets.check_tweet(tweet_id), self._count_of(data.author, first))
-            # The stored tweet is the truth: an event naming another author
-            # (forged, or corrupted) would put the tweet in the wrong
-            # followers' timelines. Dropped, logged and counted.
-            if canonical(str(stored.get("username", ""))) != canonical(data.author):
-                log.warning(
-                    "dropping %s %s: event author %r, stored author %r",
-                    event.type,
-                    event.event_id,
-                    data.author,
-                    stored.get("username"),
+            followers = await self._count_of(data.author, first)
+            large = self._large(followers)
+            sliced = self._chunk is not None and self._publish_chunk is not None
+            sliced = sliced and followers is not None and followers > (self._chunk or 0)
+            if large or sliced:
+                first.cancel()
+                await asyncio.gather(first, return_exceptions=True)
+                # Checked, and the author's own row written, before anything else.
+                await self._checked_add(tweet_id, data.author, [data.author])
+                metrics.TIMELINE_ROWS_WRITTEN.inc()
+            if large:
+                # Registered before the event is acknowledged: home reads merge
+                # this author from now on, so the tweet cannot go missing.
+                await self._register_large(data.author)
+                metrics.FANOUT_SKIPPED_LARGE.inc()
+                _observe_delivery(data.created_at)
+                log.info(
+                    "fanout.skipped",
+                    tweet_id=tweet_id,
+                    author=data.author,
+                    reason="large_account",
+                    followers=followers,
+                    threshold=self._large_threshold,
                 )
-                metrics.FORGED_EVENTS.labels(event.type).inc()
-                raise NotFound("event author differs from the stored tweet's")
-        except BaseException as exc:
-            first.cancel()
-            await asyncio.gather(first, return_exceptions=True)
-            if isinstance(exc, NotFound):
-                # Deleted before we got to it, or forged: nothing to deliver.
-                log.info("fanout.skipped", tweet_id=tweet_id, author=data.author, reason="tweet_gone")
                 return
-            raise
-        large = self._large(followers)
-        sliced = self._chunk is not None and self._publish_chunk is not None and followers is not None and followers > self._chunk
-        if large or sliced:
+            if sliced:
+                # More followers than one slice: the author's row here, every
+                # follower in slices on the chunks topic, written at bulk
+                # priority. This partition (other authors' events) never waits
+                # for any part of a large fan-out.
+                await self._hand_on(data.tweet_id, data.author, data.created_at, "")
+                log.info("fanout.sliced", tweet_id=tweet_id, author=data.author, followers=followers, chunk=self._chunk)
+                return
+
+            # Within one slice (as far as the count said): written here; should
+            # the followers have grown past it meanwhile, the rest is sliced.
+            rows = [0]
+            rest = await self._pages.for_each(
+                data.author,
+                self._writer(tweet_id, data.author, rows, check_first=True),
+                first_page=first,
+                with_author=True,
+                direction="followers-active",
+                max_followers=self._chunk,
+                first_alone=True,
+            )
+        except (NotFound, Conflict) as exc:
             first.cancel()
             await asyncio.gather(first, return_exceptions=True)
-        if large:
-            # Registered before anything is acknowledged: home reads merge
-            # this author from now on, so the tweet cannot go missing.
-            await self._register_large(data.author)
-            await self._tweets.home_add(tweet_id, data.author, [data.author])
-            metrics.TIMELINE_ROWS_WRITTEN.inc()
-            metrics.FANOUT_SKIPPED_LARGE.inc()
-            _observe_delivery(data.created_at)
-            log.info(
-                "fanout.skipped",
-                tweet_id=tweet_id,
-                author=data.author,
-                reason="large_account",
-                followers=followers,
-                threshold=self._large_threshold,
-            )
+            if isinstance(exc, Conflict):
+                # The stored tweet is the truth: an event naming another author
+                # (forged, or corrupted) would put the tweet in the wrong
+                # followers' timelines. Dropped, logged and counted.
+                log.warning("dropping %s %s: %s", event.type, event.event_id, exc.message)
+                metrics.FORGED_EVENTS.labels(event.type).inc()
+            # Deleted before we got to it, or forged: nothing to deliver.
+            log.info("fanout.skipped", tweet_id=tweet_id, author=data.author, reason="tweet_gone")
             return
-        if sliced:
-            # More followers than one slice: the author's row here, every
-            # follower in slices on the chunks topic, written at bulk
-            # priority. This partition (other authors' events) never waits
-            # for any part of a large fan-out.
-            await self._tweets.home_add(tweet_id, data.author, [data.author])
-            metrics.TIMELINE_ROWS_WRITTEN.inc()
-            await self._hand_on(data.tweet_id, data.author, data.created_at, "")
-            log.info("fanout.sliced", tweet_id=tweet_id, author=data.author, followers=followers, chunk=self._chunk)
-            return
-
-        # Within one slice (as far as the count said): written here; should
-        # the followers have grown past it meanwhile, the rest is sliced.
-        rows = [0]
-        rest = await self._pages.for_each(
-            data.author,
-            self._writer(tweet_id, data.author, rows),
-            first_page=first,
-            with_author=True,
-            direction="followers-active",
-            max_followers=self._chunk,
-        )
+        except BaseException:
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            raise
         # Inactive followers are not in the active index: followers minus
         # rows written (the author's own row aside) were skipped for that.
         inactive = max(0, followers - (rows[0] - 1)) if followers is not None and rest is None else None
@@ -222,6 +220,11 @@ class FanoutHandlers:
             await self._hand_on(data.tweet_id, data.author, data.created_at, rest)
             return
         _observe_delivery(data.created_at)
+
+    async def _checked_add(self, tweet_id: str, author: str, owners: list[str]) -> None:
+        """``owners``' rows, once tweet-store checked the tweet (``NotFound``,
+        ``Conflict``); a refused page is sent again (FANOUT_PAGE_SHED)."""
+        await retry(FANOUT_PAGE_SHED, lambda: self._tweets.home_add(tweet_id, author, owners, check=True), retry_on=(Overloaded,))
 
     async def fanout_chunk(self, event: FanoutChunk) -> None:
         """One slice of a large fan-out: the active followers after
@@ -272,14 +275,20 @@ class FanoutHandlers:
             _observe_delivery(d.created_at)
 
     def _writer(
-        self, tweet_id: str, author: str, rows: list[int] | None = None, *, bulk: bool = False
+        self, tweet_id: str, author: str, rows: list[int] | None = None, *, bulk: bool = False, check_first: bool = False
     ) -> Callable[[list[str]], Awaitable[None]]:
         """Writes a page of home rows (``bulk``: a large fan-out's slice, at
-        the lowest priority); ``rows[0]`` counts them (for the log)."""
+        the lowest priority); ``rows[0]`` counts them (for the log).
+        ``check_first``: the first page asks tweet-store to check the tweet
+        (``TweetStoreClient.home_add``); the caller awaits it alone."""
+        unchecked = [check_first]
 
         async def once(page: list[str]) -> None:
             if bulk:
                 await self._tweets.home_add(tweet_id, author, page, bulk=True)
+            elif unchecked[0]:
+                await self._tweets.home_add(tweet_id, author, page, check=True)
+                unchecked[0] = False
             else:
                 await self._tweets.home_add(tweet_id, author, page)
 

@@ -273,10 +273,13 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         if not isinstance(author, str) or not is_valid_username(author):
             raise InvalidInput("author must be a username", code="invalid_author")
         tweet_id, owners = _tweet_id(str(body.get("tweet_id"))), _owners(body)
+        check = body.get("check", False)
+        if not isinstance(check, bool):
+            raise InvalidInput("check must be true or false", code="invalid_check")
         # A slice of a large fan-out yields to every other fan-out write.
         is_bulk = request.headers.get(PRIORITY_HEADER) == BULK
         with bulk_writes() if is_bulk else contextlib.nullcontext():
-            await within_caller_budget(request, store(request).home_add(tweet_id, author, owners))
+            await within_caller_budget(request, store(request).home_add(tweet_id, author, owners, check=check))
         # One line per request (a page of up to FANLINE_FANOUT_PAGE_SIZE rows), never per row.
         log.info("home.rows_written", tweet_id=str(tweet_id), author=author, rows=len(owners), bulk=is_bulk)
         return Response(status_code=204)

@@ -25,7 +25,7 @@ from fanline_shared.domain import (
     validate_body,
     validate_username,
 )
-from fanline_shared.errors import Forbidden, NotFound
+from fanline_shared.errors import Conflict, Forbidden, NotFound
 
 from .adapters import TweetStoreStorage
 from .home_cap import HomeCap
@@ -208,7 +208,16 @@ class TweetStore:
 
     # --- home timelines (driven by the fan-out worker) -------------------------
 
-    async def home_add(self, tweet_id: uuid.UUID, author: str, owners: Sequence[str]) -> None:
+    async def home_add(self, tweet_id: uuid.UUID, author: str, owners: Sequence[str], *, check: bool = False) -> None:
+        """Write ``tweet_id`` into each owner's home timeline. With ``check``,
+        first make sure the tweet is stored and is ``author``'s (the fan-out
+        worker's first page of a tweet: the check costs it no call of its
+        own): ``NotFound`` if it is gone, ``Conflict`` (``author_mismatch``)
+        if its event named another author; nothing is written then."""
+        if check:
+            tweet = await self.get(tweet_id)
+            if canonical(tweet.username) != canonical(author):
+                raise Conflict(f"tweet {tweet_id} is not {author[:32]}'s", code="author_mismatch")
         await self._s.home.add(owners, tweet_id, author)
         self._cap.wrote(owners, tweet_id)
 

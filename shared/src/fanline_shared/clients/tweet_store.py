@@ -76,13 +76,21 @@ class TweetStoreClient(PeerClient):
         body = await self.call("GET", "/internal/counts", operation="counts", params={"usernames": ",".join(usernames)})
         return {k: int(v) for k, v in body["counts"].items()}
 
-    async def home_add(self, tweet_id: str, author: str, owners: Sequence[str], *, bulk: bool = False) -> None:
-        """``bulk``: a slice of a large fan-out, written at the lowest priority."""
+    async def home_add(
+        self, tweet_id: str, author: str, owners: Sequence[str], *, bulk: bool = False, check: bool = False
+    ) -> None:
+        """``bulk``: a slice of a large fan-out, written at the lowest priority.
+        ``check``: tweet-store first checks that the tweet is stored and is
+        ``author``'s, and writes nothing otherwise (``NotFound``, or
+        ``Conflict`` with code ``author_mismatch``)."""
+        body: dict[str, Any] = {"tweet_id": tweet_id, "author": author, "owners": list(owners)}
+        if check:
+            body["check"] = True
         await self.call(
             "POST",
             "/internal/home/add",
             operation="home_add",
-            json={"tweet_id": tweet_id, "author": author, "owners": list(owners)},
+            json=body,
             headers={PRIORITY_HEADER: BULK} if bulk else None,
         )
 
