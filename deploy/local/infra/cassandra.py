@@ -32,6 +32,9 @@ class _Cassandra(_Engine):
         self.main_log = self.log_dir / "system.log"
         self.material = SecureMaterial(config.state_dir, config.java) if config.secure else None
 
+    def timer_slack_us(self) -> int:
+        return self.config.cassandra_timer_slack_us  # engine.timer_slack: its thread pools spin-wait
+
     def maven_properties(self) -> dict[str, str]:
         return {"cassandra.version": self.version}
 

@@ -105,6 +105,9 @@ class InfraConfig:
     kafka_controller_port: int = 9093
     cassandra_heap: str = "1G"
     kafka_heap: str = "512M"
+    #: The Linux timer slack of the Cassandra JVM's threads, in microseconds (0: the
+    #: kernel's default, 50). See ``engine.timer_slack`` for why it matters here.
+    cassandra_timer_slack_us: int = 500
     cassandra_start_timeout: float = 240.0
     kafka_start_timeout: float = 120.0
     stop_timeout: float = 60.0
@@ -139,6 +142,7 @@ class InfraConfig:
             kafka_controller_port=_env_int("FANLINE_KAFKA_CONTROLLER_PORT", int(d["controller"])),
             cassandra_heap=_env_str("FANLINE_CASSANDRA_HEAP", str(d["cassandra_heap"])),
             kafka_heap=_env_str("FANLINE_KAFKA_HEAP", str(d["kafka_heap"])),
+            cassandra_timer_slack_us=_env_int("FANLINE_CASSANDRA_TIMER_SLACK_US", 500),
             cassandra_start_timeout=float(_env_int("FANLINE_CASSANDRA_START_TIMEOUT", 240)),
             kafka_start_timeout=float(_env_int("FANLINE_KAFKA_START_TIMEOUT", 120)),
             java=_env_str("FANLINE_JAVA", default_java),
