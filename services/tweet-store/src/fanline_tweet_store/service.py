@@ -217,7 +217,10 @@ class TweetStore:
         if check:
             tweet = await self.get(tweet_id)
             if canonical(tweet.username) != canonical(author):
-                raise Conflict(f"tweet {tweet_id} is not {author[:32]}'s", code="author_mismatch")
+                raise Conflict(
+                    f"event author {author[:32]!r} differs from the stored author {tweet.username!r} of tweet {tweet_id}",
+                    code="author_mismatch",
+                )
         await self._s.home.add(owners, tweet_id, author)
         self._cap.wrote(owners, tweet_id)
 
