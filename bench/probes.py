@@ -89,6 +89,14 @@ def cpu_per_1k(before: Mapping[str, float], after: Mapping[str, float], requests
     return out | ({"fanline": fanline, "engines": engines, "all": fanline + engines} if out else {})
 
 
+def timer_slack_us(pid: int | None) -> float | None:
+    """A process's Linux timer slack in µs, or None (no such process, not Linux)."""
+    try:
+        return int(Path(f"/proc/{pid}/timerslack_ns").read_text()) / 1000 if pid is not None else None
+    except (OSError, ValueError):
+        return None
+
+
 def status_kib(pid: int, field: str) -> int | None:
     """``VmRSS`` or ``VmHWM`` of a process in KiB, or None."""
     try:
