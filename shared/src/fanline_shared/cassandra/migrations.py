@@ -109,6 +109,11 @@ async def migrate(
         f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_lock (name text PRIMARY KEY, holder text, since timestamp) "
         f"WITH ID = {_table_id(keyspace, 'schema_lock')}",
     )
+    # The same for the tables: the lease's LWT, coordinated by a node that
+    # had not yet learned of schema_lock, failed with "table schema_lock does
+    # not exist" on a freshly started three-node cluster (an invalid request,
+    # so not retried, and the service exited at start).
+    await policies.retry(policies.MIGRATE_STATEMENT, lambda: _agree(session, keyspace))
     async with _lease(session, keyspace, len(migrations), lock_timeout_s) as still_held:
         if still_held is None:  # another migrator brought it to this version meanwhile
             return await _agree(session, keyspace)
