@@ -52,3 +52,6 @@ def test_cassandra_gets_the_configured_slack_and_kafka_none(tmp_path: Path, monk
     from deploy.local.infra.kafka import _Kafka
 
     assert _Kafka(InfraConfig.from_env(state_dir=tmp_path)).timer_slack_us() == 0
+    monkeypatch.delenv("FANLINE_CASSANDRA_TIMER_SLACK_US")
+    # The three-node cluster keeps the kernel's default (config.CLUSTER_DEFAULTS says why).
+    assert _Cassandra(InfraConfig.from_env(state_dir=tmp_path, nodes=3), node=1).timer_slack_us() == 0

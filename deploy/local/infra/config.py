@@ -29,6 +29,7 @@ SINGLE_DEFAULTS: dict[str, int | str] = {
     "controller": 9093,
     "cassandra_heap": "1G",
     "kafka_heap": "512M",
+    "timer_slack_us": 500,
     "state": ".infra",
 }
 CLUSTER_DEFAULTS: dict[str, int | str] = {
@@ -39,6 +40,10 @@ CLUSTER_DEFAULTS: dict[str, int | str] = {
     "controller": 9193,
     "cassandra_heap": "512M",
     "kafka_heap": "256M",
+    # Not on the cluster: with the slack, a node-down LWT race there (test_cluster's
+    # test_lwt_rules_hold_with_a_node_down) lost its one 201 twice in a row; without,
+    # it held. Not understood yet, so the cluster keeps the kernel's default.
+    "timer_slack_us": 0,
     "state": ".infra-cluster",
 }
 # The secure single-node pair (SECURE=1: TLS with client certificates, SASL
@@ -52,6 +57,7 @@ SECURE_DEFAULTS: dict[str, int | str] = {
     "controller": 9293,
     "cassandra_heap": "512M",
     "kafka_heap": "256M",
+    "timer_slack_us": 500,
     "state": ".infra-secure",
 }
 
@@ -142,7 +148,7 @@ class InfraConfig:
             kafka_controller_port=_env_int("FANLINE_KAFKA_CONTROLLER_PORT", int(d["controller"])),
             cassandra_heap=_env_str("FANLINE_CASSANDRA_HEAP", str(d["cassandra_heap"])),
             kafka_heap=_env_str("FANLINE_KAFKA_HEAP", str(d["kafka_heap"])),
-            cassandra_timer_slack_us=_env_int("FANLINE_CASSANDRA_TIMER_SLACK_US", 500),
+            cassandra_timer_slack_us=_env_int("FANLINE_CASSANDRA_TIMER_SLACK_US", int(d["timer_slack_us"])),
             cassandra_start_timeout=float(_env_int("FANLINE_CASSANDRA_START_TIMEOUT", 240)),
             kafka_start_timeout=float(_env_int("FANLINE_KAFKA_START_TIMEOUT", 120)),
             java=_env_str("FANLINE_JAVA", default_java),
