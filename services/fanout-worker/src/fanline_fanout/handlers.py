@@ -144,14 +144,14 @@ class FanoutHandlers:
         try:
             followers = await self._count_of(data.author, first)
             large = self._large(followers)
-            sliced = self._chunk is not None and self._publish_chunk is not None
-            sliced = sliced and followers is not None and followers > (self._chunk or 0)
+            sliced = (
+                self._chunk is not None and self._publish_chunk is not None and followers is not None and followers > self._chunk
+            )
             if large or sliced:
                 first.cancel()
                 await asyncio.gather(first, return_exceptions=True)
                 # Checked, and the author's own row written, before anything else.
-                await self._checked_add(tweet_id, data.author, [data.author])
-                metrics.TIMELINE_ROWS_WRITTEN.inc()
+                await self._writer(tweet_id, data.author, check_first=True)([data.author])
             if large:
                 # Registered before the event is acknowledged: home reads merge
                 # this author from now on, so the tweet cannot go missing.
@@ -220,11 +220,6 @@ class FanoutHandlers:
             await self._hand_on(data.tweet_id, data.author, data.created_at, rest)
             return
         _observe_delivery(data.created_at)
-
-    async def _checked_add(self, tweet_id: str, author: str, owners: list[str]) -> None:
-        """``owners``' rows, once tweet-store checked the tweet (``NotFound``,
-        ``Conflict``); a refused page is sent again (FANOUT_PAGE_SHED)."""
-        await retry(FANOUT_PAGE_SHED, lambda: self._tweets.home_add(tweet_id, author, owners, check=True), retry_on=(Overloaded,))
 
     async def fanout_chunk(self, event: FanoutChunk) -> None:
         """One slice of a large fan-out: the active followers after
