@@ -89,6 +89,9 @@ async def run(ctx: Ctx, order: list[str], only: set[str] | None) -> None:
                 say(f"scenario {name} FAILED: {exc!r}")
                 traceback.print_exc()
                 ctx.rec.scope(name).note(f"failed: {type(exc).__name__}: {exc}"[:500])
+                if ctx.system.core_running() and not ctx.system.running_workers():
+                    # one that failed with the workers stopped must not stall the next (nothing delivers)
+                    await asyncio.to_thread(ctx.system.start_workers, 1)
             ctx.rec.add(rows.META, "seconds", time.monotonic() - t, "s", of=name)
             say(f"scenario {name}: {time.monotonic() - t:.0f}s")
     finally:

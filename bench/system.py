@@ -86,6 +86,10 @@ class BenchSystem(System):
     def running_workers(self) -> list[str]:
         return [n for n, p in self.procs.items() if n.startswith(WORKER) and p.poll() is None]
 
+    def core_running(self) -> bool:
+        """Whether the gateway runs (baseline_ref stops the whole system)."""
+        return (api := self.procs.get("api")) is not None and api.poll() is None
+
     def stop_workers(self) -> None:
         for name in self.running_workers():
             self.stop_service(name)

@@ -54,7 +54,8 @@ async def post_latency(ctx: Ctx, p: dict[str, Any]) -> None:
                     ms, tid, when = await ctx.post_ours(author[n][r], f"post {i} ({kind}, round {r + 1})")
                     offered += 1 if n in curve else n + 1
                     last |= {} if n in curve else {author[n][r]: tid}
-                    own[n] += [(author[n][r], tid, when)] if kind == "running" else []
+                    if kind == "running":  # the curve's counts post only with the worker stopped
+                        own[n].append((author[n][r], tid, when))
                 block[n].append(ms)
                 i += 1
                 await asyncio.sleep(p["gap_s"])
