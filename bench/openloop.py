@@ -224,6 +224,14 @@ def rates(start: float, factor: float, steps: int) -> list[float]:
     return [round(start * factor**i, 1) for i in range(steps)]
 
 
+def between(low: float, high: float) -> float:
+    """The rate a refining step tries between one that held and one that did not: their
+    geometric mean (the curve's steps are geometric), to 0.1 requests/s."""
+    if not 0 < low < high:
+        raise ValueError("need 0 < low < high")
+    return round((low * high) ** 0.5, 1)
+
+
 def _drain(urls: Mapping[str, str], timeout_s: float) -> None:
     """Until the workers report no consumer lag (at most ``timeout_s``)."""
     deadline, workers = time.monotonic() + timeout_s, [u for n, u in urls.items() if n.startswith("fanout-worker")]

@@ -63,15 +63,32 @@ async def route_cost(ctx: Ctx, p: dict[str, Any]) -> None:
 
 
 async def curve(ctx: Ctx, scenario: str, p: dict[str, Any], target: Target | None = None, /, **labels: object) -> float | None:
-    """Rising rates until one does not hold: records each step and the capacity (returned)."""
-    capacity = None
-    for rate in openloop.rates(p["start"], p["factor"], p["steps"]):
+    """Rising rates until one does not hold, then ``refine`` bisections (geometric) between the
+    last rate that held and the first that did not: records each step and the capacity (returned)."""
+
+    async def holds(rate: float) -> bool:
         summary, lag = await step(ctx, scenario, rate, p["step_s"], target, rate=rate, **labels)
         held, why = openloop.held(summary, lag, rate)
         ctx.rec.add(scenario, "verdict", why, rate=rate, **labels)
-        if not held:
+        return held
+
+    capacity: float | None = None
+    failed: float | None = None
+    for rate in openloop.rates(p["start"], p["factor"], p["steps"]):
+        if not await holds(rate):
+            failed = rate
             break
         capacity = rate
+    # Each step starts once the previous one's backlog is delivered (run_step), so a step below
+    # an overloaded one starts from an idle system.
+    for _ in range(p.get("refine", 0)):
+        if capacity is None or failed is None:
+            break
+        rate = openloop.between(capacity, failed)
+        if await holds(rate):
+            capacity = rate
+        else:
+            failed = rate
     ctx.rec.add(scenario, "capacity_per_s", capacity, **labels)
     at_capacity = ctx.lookup(scenario, "accepted_ms", route="all", stat="p99", rate=capacity, **labels) if capacity else None
     ctx.rec.add(scenario, "capacity_accepted_p99_ms", at_capacity, **labels)

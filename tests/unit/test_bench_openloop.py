@@ -4,6 +4,7 @@ bench-tools`` built it — one attack against a local server that answers 201 or
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.server
 import json
@@ -18,6 +19,7 @@ import pytest
 from bench import openloop
 from bench.openloop import Population
 from bench.rows import Recorder, Results
+from bench.scenarios import open_loop
 
 
 def population(users: int = 30, mean: int = 4) -> Population:
@@ -68,6 +70,44 @@ def test_routes_and_rates() -> None:
     assert [openloop.rate_flag(r) for r in (60, 37.5, 56.25, 84.4)] == ["60/1s", "75/2s", "225/4s", "422/5s"]
     with pytest.raises(ValueError):
         openloop.rate_flag(0)
+
+
+def test_refining_steps_bisect_between_the_last_rate_that_held_and_the_first_that_did_not() -> None:
+    """The curve's 1.5x steps alone cannot tell 190/s from 280/s: ``refine`` more steps
+    between the bracket (geometric means) narrow it to 1.5^(1/2^refine)."""
+    assert openloop.between(190, 285) == 232.7
+    with pytest.raises(ValueError):
+        openloop.between(285, 190)
+
+    class Ctx:
+        def __init__(self) -> None:
+            self.rec = Recorder("t")
+
+        def lookup(self, scenario: str, name: str, /, **labels: object) -> float | None:
+            return Results(self.rec.rows).num(scenario, name, **labels)
+
+    tried: list[float] = []
+
+    async def step(
+        ctx: Ctx, scenario: str, offered: float, /, *_: object, **labels: object
+    ) -> tuple[dict[str, dict[str, object]], float]:
+        tried.append(offered)
+        ctx.rec.add(scenario, "accepted_ms", offered / 10, route="all", stat="p99", **labels)
+        return _summary([50.0 if offered <= 250 else 500.0], achieved=offered), 10.0
+
+    p = {"start": 25.0, "factor": 1.5, "steps": 10, "step_s": 1, "refine": 2}
+    real, open_loop.step = open_loop.step, step  # type: ignore[assignment]
+    try:
+        ctx = Ctx()
+        capacity = asyncio.run(open_loop.curve(ctx, "saturation", p))  # type: ignore[arg-type]
+    finally:
+        open_loop.step = real  # type: ignore[assignment]
+    # 25 … 189.8 hold, 284.8 does not; then 232.5 holds and 257.3 does not
+    assert tried == [25.0, 37.5, 56.2, 84.4, 126.6, 189.8, 284.8, 232.5, 257.3]
+    assert capacity == 232.5
+    got = Results(ctx.rec.rows)
+    assert got.num("saturation", "capacity_per_s") == 232.5
+    assert got.num("saturation", "capacity_accepted_p99_ms") == 23.25
 
 
 def _summary(post_ms: list[float], refused: int = 0, errors: int = 0, achieved: float = 100.0) -> dict[str, dict[str, object]]:
