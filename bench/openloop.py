@@ -232,7 +232,7 @@ def between(low: float, high: float) -> float:
     return round((low * high) ** 0.5, 1)
 
 
-def _drain(urls: Mapping[str, str], timeout_s: float) -> None:
+def drain_workers(urls: Mapping[str, str], timeout_s: float) -> None:
     """Until the workers report no consumer lag (at most ``timeout_s``)."""
     deadline, workers = time.monotonic() + timeout_s, [u for n, u in urls.items() if n.startswith("fanout-worker")]
     while time.monotonic() < deadline and any(probes.total(probes.scrape(u), "fanline_consumer_lag_messages") for u in workers):
@@ -245,12 +245,12 @@ def run_step(s: Scope, target: Target, rate: float, seconds: float, mix: Mix = M
     requests = make_targets(target.pop, target.api, max(1, int(rate * seconds)), rng, mix)
     (targets := workdir / "targets.jsonl").write_text("".join(json.dumps(t) + "\n" for t in requests))
     urls = target.metrics()
-    _drain(urls, 120.0)  # what came before (seeding, the previous step) is delivered first
+    drain_workers(urls, 120.0)  # what came before (seeding, the previous step) is delivered first
     before, cpu0 = {n: probes.scrape(u) for n, u in urls.items()}, probes.cpu_clocks(target.pids())
     outcomes, vegeta_cpu = attack(targets, rate, seconds)
     shutil.rmtree(workdir, ignore_errors=True)
     cpu1 = probes.cpu_clocks(target.pids())  # before the drain: the load's own CPU
-    _drain(urls, 30.0)
+    drain_workers(urls, 30.0)
     after, summary = {n: probes.scrape(u) for n, u in urls.items()}, summarize(outcomes)
     s("offered_per_s", rate)
     s("duration_s", seconds)
