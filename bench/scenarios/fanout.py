@@ -137,7 +137,9 @@ async def latency_scaling(ctx: Ctx, p: dict[str, Any]) -> None:
     await asyncio.to_thread(seed.bulk_load_edges, ctx.session, ctx.social_ks, edges, [])
     ctx.graph.followers |= dict.fromkeys(authors, p["followers"])
     await settle(ctx, "latency_scaling", 900)
-    port = ctx.args.base_port + 50
+    # not base + 50: that is the gateway's metrics port (METRICS_PORT_OFFSET), which the proxy
+    # met as an HTTP answer ("protocol version 72") from 2026-11-26 until this was fixed
+    port = ctx.args.base_port + 150
     argv = f"-m bench.latency_proxy --listen 127.0.0.1:{port} --target {ctx.infra.cassandra_contact} --delay-ms {p['delay_ms']}"
     proxy = spawn([sys.executable, *argv.split()], ctx.logs / "latency-proxy.log")
     proxied = {"FANLINE_CASSANDRA_HOSTS": "127.0.0.1", "FANLINE_CASSANDRA_PORT": str(port)}
