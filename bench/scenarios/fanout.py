@@ -66,7 +66,8 @@ async def stress(ctx: Ctx, p: dict[str, Any]) -> None:
         s("ops_per_s", out["ops_per_s"], profile=profile)
         s("rows_per_s", out["rows_per_s"] or out["ops_per_s"] * (1 if profile == "write" else batch_rows(ctx)), profile=profile)
         s("command", " ".join(args), profile=profile)
-        s("tool", out["tool"])
+        if not any(r.scenario == "stress" and r.metric == "tool" for r in s.rec.rows):
+            s("tool", out["tool"])  # once per run (it was recorded once per profile)
 
 
 async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
