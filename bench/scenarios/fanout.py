@@ -53,7 +53,7 @@ async def ceiling(ctx: Ctx, p: dict[str, Any]) -> None:
 
 
 async def stress(ctx: Ctx, p: dict[str, Any]) -> None:
-    s = ctx.rec.scope("stress")
+    s, tool = ctx.rec.scope("stress"), None
     for profile in ("write", "home_timeline"):
         say(f"cassandra-stress {profile}")
         keyspace = f"{ctx.prefix}_stress" + ("_home" if profile != "write" else "")
@@ -66,8 +66,9 @@ async def stress(ctx: Ctx, p: dict[str, Any]) -> None:
         s("ops_per_s", out["ops_per_s"], profile=profile)
         s("rows_per_s", out["rows_per_s"] or out["ops_per_s"] * (1 if profile == "write" else batch_rows(ctx)), profile=profile)
         s("command", " ".join(args), profile=profile)
-        if not any(r.scenario == "stress" and r.metric == "tool" for r in s.rec.rows):
-            s("tool", out["tool"])  # once per run (it was recorded once per profile)
+        tool = out["tool"]
+    if tool is not None:
+        s("tool", tool)  # once per run, not once per profile
 
 
 async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
