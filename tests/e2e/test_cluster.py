@@ -425,7 +425,11 @@ def test_topics_ensure_raises_min_insync_replicas_on_an_existing_topic(cluster_s
             await admin.close()
 
     asyncio.run(create())
-    assert topic_replication(bootstrap, topic) == (3, "1")
+    # A KRaft broker applies a topic's configuration when its copy of the
+    # metadata log catches up, a moment after the controller committed it;
+    # describe_configs is answered by whichever broker the client picked, so
+    # each read below waits for the change to reach that broker.
+    eventually(lambda: topic_replication(bootstrap, topic) == (3, "1"), timeout=15, what="the topic is created with 1")
     env = {**cluster_system.env(), "FANLINE_EVENTS_TOPIC": topic}
     fanline = str(Path(sys.executable).with_name("fanline"))
     verify_before = subprocess.run(
@@ -435,7 +439,7 @@ def test_topics_ensure_raises_min_insync_replicas_on_an_existing_topic(cluster_s
     done = subprocess.run([fanline, "topics", "ensure"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{topic}: 8 partitions, replication factor 3, min.insync.replicas 2 (raised from 1), ok" in done.stdout, done.stdout
-    assert topic_replication(bootstrap, topic) == (3, "2")
+    eventually(lambda: topic_replication(bootstrap, topic) == (3, "2"), timeout=15, what="min.insync.replicas 2 is visible")
     assert topic_config(bootstrap, topic, "retention.ms") == "86400000", "its other settings are kept"
     verified = subprocess.run([fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert verified.returncode == 0 and "raised" not in verified.stdout, verified.stdout
