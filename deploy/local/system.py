@@ -130,12 +130,6 @@ class System:
         explicit override): the workers call the fan-out replicas."""
         if self.fanout_replica and name.startswith("fanout-worker"):
             return {url_var: self.url(replica) for replica, (_, _, url_var, _) in FANOUT_REPLICAS.items()}
-        if name == FANOUT_REPLICA:
-            # Only the fan-out calls it: people are served by tweet-store on
-            # the same Cassandra, out of its sight, so it always yields
-            # (policies.FanoutYield.always); an explicit setting wins.
-            always = {**os.environ, **self.extra_env}.get("FANLINE_FANOUT_YIELD_ALWAYS", "true")
-            return {FANOUT_REPLICAS[name][3]: str(self.ports[name]), "FANLINE_FANOUT_YIELD_ALWAYS": always}
         if name in FANOUT_REPLICAS:
             return {FANOUT_REPLICAS[name][3]: str(self.ports[name])}
         return {}

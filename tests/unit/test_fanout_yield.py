@@ -50,26 +50,6 @@ def test_busy_during_and_shortly_after_a_user_facing_request() -> None:
     assert not activity.busy()
 
 
-def test_a_replica_only_the_fanout_calls_is_busy_at_all_times() -> None:
-    """It cannot see the people tweet-store serves elsewhere (always=True)."""
-    clock = Clock()
-    activity = ForegroundActivity(FanoutYield(quiet_s=0.5, always=True), clock)
-    assert activity.busy()
-    clock.now += 3600
-    assert activity.busy()
-
-
-def test_the_launcher_makes_the_tweet_store_fanout_replica_always_yield(tmp_path: Any, monkeypatch: Any) -> None:
-    from deploy.local.system import FANOUT_REPLICA, System
-
-    monkeypatch.delenv("FANLINE_FANOUT_YIELD_ALWAYS", raising=False)
-    system = System(tmp_path, 31000, fanout_replica=True)
-    assert system.role_env(FANOUT_REPLICA)["FANLINE_FANOUT_YIELD_ALWAYS"] == "true"
-    assert "FANLINE_FANOUT_YIELD_ALWAYS" not in system.role_env("tweet-store")
-    overridden = System(tmp_path, 31000, fanout_replica=True, extra_env={"FANLINE_FANOUT_YIELD_ALWAYS": "false"})
-    assert overridden.role_env(FANOUT_REPLICA)["FANLINE_FANOUT_YIELD_ALWAYS"] == "false"
-
-
 class FakeResponse:
     has_more_pages = False
 

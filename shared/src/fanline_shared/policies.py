@@ -251,16 +251,9 @@ class FanoutYield:
     within the last ``quiet_s`` is *busy*: its adaptive fan-out limit
     (``fanline_tweet_store.limiter``) then tolerates less queueing at
     Cassandra.
-
-    ``always``: the process is busy at all times. For a replica that only
-    the fan-out calls (docs/operations/scale.md, "Background work and CPU
-    priority"): the people are served by other processes on the same
-    Cassandra, which it cannot see, so "nobody is waiting" is never known
-    there and its fan-out keeps the strict tolerance.
     """
 
     quiet_s: float = DEFAULT_FANOUT_YIELD_S
-    always: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,7 @@ class Settings(StorageServiceSettings):
     # The adaptive limit is stricter while a user-facing request was served
     # within FANLINE_FANOUT_YIELD_S (priority.py).
     fanout_yield: policies.FanoutYield = env_field(
-        lambda env: policies.FanoutYield(
-            quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S),
-            always=env.boolean("FANLINE_FANOUT_YIELD_ALWAYS", False),
-        )
+        lambda env: policies.FanoutYield(quiet_s=env.number("FANLINE_FANOUT_YIELD_S", policies.DEFAULT_FANOUT_YIELD_S))
     )
     # Tweets kept in memory for timeline pages (cache.py); size 0 = off.
     tweet_cache: TweetCachePolicy = env_field(

@@ -37,7 +37,7 @@ class ForegroundActivity:
         self._last = self._clock()
 
     def busy(self) -> bool:
-        return self._policy.always or self._active > 0 or self._clock() - self._last < self._policy.quiet_s
+        return self._active > 0 or self._clock() - self._last < self._policy.quiet_s
 
     def foreground(self, handler: Handler) -> Handler:
         """Wrap a user-facing route handler: the fan-out yields while it runs
