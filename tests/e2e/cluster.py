@@ -262,13 +262,17 @@ def partition_leaders(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def topic_replication(bootstrap: str, topic: str) -> tuple[int, str | None]:
-    """``(replicas of partition 0, min.insync.replicas)`` of ``topic``."""
+    """``(replicas of partition 0, min.insync.replicas)`` of ``topic``;
+    ``(0, None)`` while the broker asked does not know the topic yet (a KRaft
+    broker learns of a new topic when its metadata log catches up)."""
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
     async def run() -> tuple[int, str | None]:
         admin = await _admin(bootstrap)
         try:
             described: Any = await admin.describe_topics([topic])
+            if not described or not described[0].get("partitions"):
+                return 0, None
             replicas = len(described[0]["partitions"][0]["replicas"])
             configs: Any = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
             isr = None
