@@ -432,10 +432,15 @@ def test_topics_ensure_raises_min_insync_replicas_on_an_existing_topic(cluster_s
     eventually(lambda: topic_replication(bootstrap, topic) == (3, "1"), timeout=15, what="the topic is created with 1")
     env = {**cluster_system.env(), "FANLINE_EVENTS_TOPIC": topic}
     fanline = str(Path(sys.executable).with_name("fanline"))
-    verify_before = subprocess.run(
-        [fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert verify_before.returncode == 1 and "min.insync.replicas TOO LOW" in verify_before.stdout, verify_before.stdout
+    verify_before: list[subprocess.CompletedProcess[str]] = []
+
+    def reports_too_low() -> bool:  # the broker it asks may not know the topic yet either
+        verify_before[:] = [
+            subprocess.run([fanline, "topics", "verify"], env=env, capture_output=True, text=True, timeout=120, check=False)
+        ]
+        return verify_before[0].returncode == 1 and "min.insync.replicas TOO LOW" in verify_before[0].stdout
+
+    eventually(reports_too_low, timeout=30, interval=1.0, what="topics verify reports min.insync.replicas TOO LOW")
     done = subprocess.run([fanline, "topics", "ensure"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{topic}: 8 partitions, replication factor 3, min.insync.replicas 2 (raised from 1), ok" in done.stdout, done.stdout
