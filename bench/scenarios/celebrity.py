@@ -14,6 +14,7 @@ from typing import Any
 
 from deploy.local.infra import InfraError
 from fanline_shared import cassandra as cql
+from fanline_tweet_store.hybrid import HybridPolicy
 
 from .. import seed, stats
 from ..context import BenchError, Ctx, say
@@ -22,6 +23,7 @@ from .reads import blocks
 Follows = dict[str, list[str]]  # author -> followers
 
 BUDGET_S = 1.0  # a large account's tweet readable by every follower within 1 s
+REGISTRY_TTL_S = HybridPolicy.registry_ttl_s  # how long tweet-store serves its cached large-account registry
 
 
 async def celebrity(ctx: Ctx, p: dict[str, Any]) -> None:
@@ -79,7 +81,7 @@ def forget_large_accounts(ctx: Ctx) -> None:
     2026-11-28 that was 1.9 of the 6.9 CPU-s per 1,000 home reads, none of
     which the standard mix's population causes. Waits out the registry's cache."""
     ctx.session.execute(f"TRUNCATE {ctx.tweet_ks}.large_accounts")
-    time.sleep(1.0)  # tweet-store caches the members for 0.5 s (hybrid.HybridPolicy.registry_ttl_s)
+    time.sleep(2 * REGISTRY_TTL_S)  # tweet-store's cached members have expired
 
 
 def crossover(push: list[tuple[float, float]], budget_s: float = BUDGET_S) -> float | None:
@@ -213,7 +215,7 @@ async def _reads(ctx: Ctx, p: dict[str, Any]) -> float | None:
     await ctx.gather([ctx.post_ours(f, f"filler {k}") for k in range(6) for f in fillers])
     await ctx.gather([ctx.post_ours(a, f"large {k}") for a in large for k in range(2)])
     await ctx.wait_rows(base + 6 * len(fillers) * (len(everyone) + 1) + 2 * len(large), p["drain_timeout_s"], "read-phase tweets")
-    await asyncio.sleep(1.5)  # tweet-store's registry cache (0.5 s) has seen every registration
+    await asyncio.sleep(3 * REGISTRY_TTL_S)  # tweet-store's registry cache has seen every registration
     large_lc, merged_pages = {a.lower() for a in large}, dict.fromkeys(map(str, groups), 0)
 
     async def call(group: str, reader: str) -> float:
