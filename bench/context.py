@@ -222,6 +222,18 @@ class Ctx:
             found.update({r.owner_lc: int(r.wt) for r in rows})
         return found
 
+    async def trimmed(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> set[str]:
+        """Those of ``owners`` whose home timeline the row cap (``FANLINE_HOME_MAX_ROWS``) trimmed
+        past ``tweet_id``: their horizon (the oldest row kept) is newer, so its row is gone by design."""
+        gone: set[str] = set()
+        for i in range(0, len(owners), 100):
+            chunk = list(owners[i : i + 100])
+            where = f"owner_lc IN ({','.join(['%s'] * len(chunk))})"
+            text = f"SELECT owner_lc, horizon FROM {self.tweet_ks}.home_timeline WHERE {where} PER PARTITION LIMIT 1"
+            rows = await cql.execute(self.session, text, tuple(chunk), name="bench_verify")
+            gone.update(r.owner_lc for r in rows if r.horizon is not None and r.horizon.time > tweet_id.time)
+        return gone
+
     async def delivered(self, posted: Sequence[tuple[str, str]]) -> bool:
         """Whether each (author, id) is in the author's and every follower's home timeline."""
         for author, tid in posted:
