@@ -1,7 +1,8 @@
 """The benchmark harness without the engines: the plan (bench/scenarios.toml) and the CLI
 over it, the page rendered from the committed results, the seeding arithmetic, the
 cassandra-stress arguments, the latency proxy on real sockets, the /proc and Prometheus
-probes, how a checkout's supervised services are named, and the curves' arithmetic."""
+probes, how a checkout's supervised services are named, the curves' arithmetic, and the
+HTTP hop floor's servers and client on real sockets."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pytest
 from bench import bare, probes, report, rows, run, seed, stats, targets
 from bench.scenarios.celebrity import crossover
 from bench.scenarios.fanout import steady_rate, summarize
+from bench.scenarios.hops import mix_floor
 from bench.system import CliSystem
 from deploy.local.system import MODULES
 
@@ -264,3 +266,35 @@ def test_the_committed_results_are_tidy_rows() -> None:
     # each figure once; each run merged in (--only) keeps its own meta rows
     keys = {(r["run"] if r["scenario"] == "run" else "", r["scenario"], r["metric"]) for r in data}
     assert len(keys) == len(data)
+
+
+def test_the_mix_floor_weighs_each_routes_hops() -> None:
+    hops = {"home": [2, 1], "post": [4, 3]}
+    servers, calls, floor = mix_floor(hops, {"home": 0.75, "post": 0.25}, server_us=100.0, client_us=50.0)
+    assert (servers, calls) == (2.5, 1.5)
+    assert floor == pytest.approx((2.5 * 100 + 1.5 * 50) / 1000)  # CPU-s per 1,000 requests
+    with pytest.raises(Exception, match="sign_in"):
+        mix_floor(hops, {"home": 0.5, "sign_in": 0.5}, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("kind", ["starlette", "raw"])
+def test_a_hop_server_answers_the_services_client(kind: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "bench.hop", "server", kind, str(port)], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, f"{kind} hop server did not start"
+                time.sleep(0.1)
+        client = [sys.executable, "-m", "bench.hop", "client", str(port), "200", "40"]
+        got = json.loads(subprocess.run(client, cwd=REPO, capture_output=True, check=True, timeout=60).stdout)
+        assert got["requests"] == 40 and got["cpu_s"] > 0 and 0 < got["p50_ms"] < 1000
+    finally:
+        server.terminate()
+        server.wait(10)
