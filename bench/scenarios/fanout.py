@@ -233,7 +233,7 @@ async def profile(ctx: Ctx, p: dict[str, Any]) -> None:
     say(f"profile: py-spy on {', '.join(pids)} for {p['seconds']} s")
     spies, binary = {}, str(exe) if exe.exists() else "py-spy"
     for n, pid in pids.items():
-        args = f"record --pid {pid} --duration {p['seconds']} --rate 100 --format raw --function --gil"
+        args = f"record --pid {pid} --duration {p['seconds']} --rate 100 --format raw --function --gil --full-filenames"
         args += f" --output {ctx.logs}/profile-{n}.txt"
         spies[n] = spawn([binary, *args.split()], ctx.logs / "py-spy.log")
     backlog = asyncio.create_task(ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors))
