@@ -30,6 +30,9 @@ def mix_floor(
 
 async def hop_floor(ctx: Ctx, p: dict[str, Any]) -> None:
     s = ctx.rec.scope("hop_floor")
+    servers, calls, _ = mix_floor(p["hops"], MIX, 0.0, 0.0)  # the same for every server kind
+    s("hops_per_request", servers, "", side="server")
+    s("hops_per_request", calls, "", side="client")
     for k, kind in enumerate(p["servers"]):
         port = ctx.args.base_port + p["port_offset"] + k
         server = spawn([sys.executable, "-m", "bench.hop", "server", kind, str(port)], ctx.logs / f"hop-{kind}.log", cwd=REPO)
@@ -51,9 +54,7 @@ async def hop_floor(ctx: Ctx, p: dict[str, Any]) -> None:
         s("cpu_us_per_request", client_us, "µs", side="client", server=kind)
         s("p50_ms", got["p50_ms"], server=kind)
         s("requests", got["requests"], "", server=kind)
-        servers, calls, floor = mix_floor(p["hops"], MIX, server_us, client_us)
+        _, _, floor = mix_floor(p["hops"], MIX, server_us, client_us)
         s("floor_cpu_s_per_1k", floor, server=kind)
         say(f"hop floor, {kind}: server {server_us:.0f} µs, client {client_us:.0f} µs per call; the mix's {floor:.2f} CPU-s/1k")
-    s("hops_per_request", servers, "", side="server")
-    s("hops_per_request", calls, "", side="client")
     s("rate_per_s", p["rate"])
