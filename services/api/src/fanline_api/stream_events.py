@@ -60,7 +60,10 @@ class EventTap:
                 enable_auto_commit=False,
                 auto_offset_reset="latest",
                 request_timeout_ms=int(max(self._kafka.request_timeout_s, 5) * 1000) + 1000,
-                fetch_max_wait_ms=100,  # the update latency budget is 2 s end to end
+                # A long poll: the broker answers as soon as an event arrives, so this bounds
+                # only empty fetches. At 100 ms an idle gateway asked 10 times a second,
+                # which cost the broker more than the gateway (issue 31).
+                fetch_max_wait_ms=500,
                 metadata_max_age_ms=5000,  # notice the topic soon if it is created after us
                 **self._kafka.security.client_kwargs(),  # TLS / SASL (engine_security)
             )
