@@ -239,6 +239,22 @@ def drain_workers(urls: Mapping[str, str], timeout_s: float) -> None:
         time.sleep(0.5)
 
 
+def idle(s: Scope, target: Target, seconds: float, rate: float) -> None:
+    """Each process's CPU with no requests for ``seconds`` (the workers drained first), recorded
+    in ``s`` as % of a core and as what it adds to each of ``rate`` requests per second: the part
+    of a cost per request that is time, not work (docs/benchmark-methods.md, "mixed")."""
+    drain_workers(target.metrics(), 120.0)
+    pids = target.pids()
+    cpu0, started = probes.cpu_clocks(pids), time.monotonic()
+    time.sleep(seconds)
+    cpu1, elapsed = probes.cpu_clocks(pids), time.monotonic() - started
+    s("idle_s", elapsed)
+    # cpu_per_1k over 1,000 x elapsed "requests": CPU-seconds per second, i.e. cores
+    for process, cores in probes.cpu_per_1k(cpu0, cpu1, 1000 * elapsed).items():
+        s("idle_cpu_percent", 100 * cores, process=process)
+        s("idle_cpu_s_per_1k", 1000 * cores / rate, process=process)
+
+
 def run_step(s: Scope, target: Target, rate: float, seconds: float, mix: Mix = MIX) -> tuple[Summary, float | None]:
     """One open-loop run, recorded in ``s``: the client's summary and the delivery lag p99 (ms)."""
     rng, workdir = random.Random(f"{s.scenario}-{rate}-{s.labels}"), Path(tempfile.mkdtemp(prefix="fanline-vegeta-"))

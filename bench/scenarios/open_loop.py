@@ -54,6 +54,10 @@ async def step(
 async def mixed(ctx: Ctx, p: dict[str, Any]) -> None:
     await population(ctx)
     await settle(ctx, "mixed")
+    if p.get("idle_s"):  # first: what the system costs with no requests, against the same rate
+        say(f"mixed: idle for {p['idle_s']:g} s")
+        target = Target(ctx.api, ctx.system.metrics_urls, with_engines(ctx, ctx.system.pids), await population(ctx))
+        await asyncio.to_thread(openloop.idle, ctx.rec.scope("mixed"), target, p["idle_s"], p["rate"])
     await step(ctx, "mixed", p["rate"], p["duration_s"])
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import bare, probes, report, rows, run, seed, stats, targets
+from bench import bare, openloop, probes, report, rows, run, seed, stats, targets
 from bench.scenarios.celebrity import crossover
 from bench.scenarios.fanout import steady_rate, summarize
 from bench.scenarios.hops import mix_floor
@@ -211,6 +211,25 @@ def test_proc_cpu_children_and_cost_per_thousand() -> None:
     cost = probes.cpu_per_1k({"api": 1.0, "cassandra": 10.0}, {"api": 3.0, "cassandra": 14.0, "kafka": 1.0}, 500)
     assert cost == {"api": 4.0, "cassandra": 8.0, "kafka": 2.0, "fanline": 4.0, "engines": 10.0, "all": 14.0}
     assert probes.cpu_per_1k({}, {"api": 1.0}, 0) == {}
+
+
+def test_idle_cost_is_each_process_share_of_a_core_and_its_part_of_a_request_at_the_rate() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    calm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    time.sleep(0.5)  # past their start-up
+    rec = rows.Recorder("r")
+    target = openloop.Target("", lambda: {}, lambda: {"api": busy.pid, "cassandra": calm.pid}, openloop.Population({}, {}))
+    try:
+        openloop.idle(rec.scope("mixed"), target, 1.0, 50.0)
+    finally:
+        busy.kill(), calm.kill()
+    got = rows.Results(rec.rows)
+    assert 0.9 <= (got.num("mixed", "idle_s") or 0) < 2
+    busy_percent, calm_percent = (got.num("mixed", "idle_cpu_percent", process=p) or 0 for p in ("api", "cassandra"))
+    assert 50 < busy_percent <= 101 and calm_percent < 5  # a spinning process is (most of) a core
+    assert got.num("mixed", "idle_cpu_percent", process="fanline") == busy_percent
+    # at 50 requests/s, 1 % of a core is 10 ms/s / 50 = 0.2 CPU-s per 1,000 requests
+    assert got.num("mixed", "idle_cpu_s_per_1k", process="api") == pytest.approx(busy_percent / 5, rel=1e-3)
 
 
 def test_a_checkouts_services_are_named_as_its_launcher_names_them(tmp_path: Path) -> None:
