@@ -54,19 +54,11 @@ def serve(kind: str, port: int) -> None:
     if kind == "starlette":
         import uvicorn
 
-        # The settings of fanline_shared.http_server.serve, less the lifespan and metrics port.
-        uvicorn.run(
-            starlette_app(),
-            host="127.0.0.1",
-            port=port,
-            loop="uvloop",
-            http="httptools",
-            access_log=False,
-            proxy_headers=False,
-            log_level="warning",
-            lifespan="off",
-            timeout_keep_alive=75,
-        )
+        from fanline_shared.http_server import UVICORN_SETTINGS
+
+        # The services' own server settings (fanline_shared.http_server.serve), less the
+        # lifespan and the metrics port.
+        uvicorn.run(starlette_app(), host="127.0.0.1", port=port, lifespan="off", **UVICORN_SETTINGS)
         return
     if kind != "raw":
         raise SystemExit(f"unknown server {kind!r}")

@@ -100,6 +100,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# How every service's HTTP server handles a request (``serve``); the benchmark's
+# hop floor (bench/hop.py) serves with these too, so it measures the same server.
+UVICORN_SETTINGS: dict[str, Any] = {
+    "loop": "uvloop",
+    # httptools (C) parses requests for a fraction of h11's (pure Python) CPU.
+    "http": "httptools",
+    "access_log": False,
+    # The client address is the socket's: X-Forwarded-For is honoured only by
+    # the gateway, only from FANLINE_TRUSTED_PROXIES (uvicorn would otherwise
+    # trust it from any loopback caller).
+    "proxy_headers": False,
+    "log_level": "warning",
+    # Longer than any client's idle keep-alive (peers: 15 s), so the client
+    # always closes an idle connection first; equal timeouts race and a
+    # request sent on a connection the server is closing fails.
+    "timeout_keep_alive": 75,
+}
+
+
 def serve(app: Any, http: HttpSettings, service: str) -> None:
     """Serve ``app`` on ``http.port`` and ``/metrics`` on ``http.metrics_port``
     until SIGINT/SIGTERM; uvicorn runs the lifespan."""
@@ -110,21 +129,9 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
         _AfterStartup(MetricsPort(app, metrics_port), tune_gc_after_startup),
         host=http.host,
         port=http.port,
-        loop="uvloop",
-        # httptools (C) parses requests for a fraction of h11's (pure Python) CPU.
-        http="httptools",
-        access_log=False,
-        # The client address is the socket's: X-Forwarded-For is honoured
-        # only by the gateway, only from FANLINE_TRUSTED_PROXIES (uvicorn
-        # would otherwise trust it from any loopback caller).
-        proxy_headers=False,
-        log_level="warning",
         timeout_graceful_shutdown=10,
-        # Longer than any client's idle keep-alive (peers: 15 s), so the client
-        # always closes an idle connection first; equal timeouts race and a
-        # request sent on a connection the server is closing fails.
-        timeout_keep_alive=75,
         lifespan="on",
+        **UVICORN_SETTINGS,
     )
     server = uvicorn.Server(config)
     server.run(sockets=sockets)
