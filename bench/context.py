@@ -211,28 +211,30 @@ class Ctx:
             await asyncio.sleep(0.25)
         return series
 
-    async def home_rows(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> dict[str, int]:
-        """owner -> writetime (µs) of its home row for ``tweet_id``; owners without one absent."""
-        found: dict[str, int] = {}
+    async def _home_partitions(
+        self, owners: Sequence[str], columns: str, also: str = "", extra: tuple[object, ...] = ()
+    ) -> list[Any]:
+        """``columns`` of the home-timeline rows of ``owners``, 100 partitions a statement
+        (``also``: more of the WHERE clause, with ``extra`` its values). Only the keyspace and
+        the callers' constant fragments are formatted into the CQL; the values are bound."""
+        rows: list[Any] = []
         for i in range(0, len(owners), 100):
             chunk = list(owners[i : i + 100])
-            where = f"owner_lc IN ({','.join(['%s'] * len(chunk))}) AND tweet_id = %s"
-            text = f"SELECT owner_lc, WRITETIME(author_lc) AS wt FROM {self.tweet_ks}.home_timeline WHERE {where}"
-            rows = await cql.execute(self.session, text, (*chunk, tweet_id), name="bench_verify")
-            found.update({r.owner_lc: int(r.wt) for r in rows})
-        return found
+            where = f"owner_lc IN ({','.join(['%s'] * len(chunk))}){also}"
+            text = f"SELECT owner_lc, {columns} FROM {self.tweet_ks}.home_timeline WHERE {where}"
+            rows += await cql.execute(self.session, text, (*chunk, *extra), name="bench_verify")
+        return rows
+
+    async def home_rows(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> dict[str, int]:
+        """owner -> writetime (µs) of its home row for ``tweet_id``; owners without one absent."""
+        rows = await self._home_partitions(owners, "WRITETIME(author_lc) AS wt", " AND tweet_id = %s", (tweet_id,))
+        return {r.owner_lc: int(r.wt) for r in rows}
 
     async def trimmed(self, tweet_id: uuid.UUID, owners: Sequence[str]) -> set[str]:
         """Those of ``owners`` whose home timeline the row cap (``FANLINE_HOME_MAX_ROWS``) trimmed
         past ``tweet_id``: their horizon (the oldest row kept) is newer, so its row is gone by design."""
-        gone: set[str] = set()
-        for i in range(0, len(owners), 100):
-            chunk = list(owners[i : i + 100])
-            where = f"owner_lc IN ({','.join(['%s'] * len(chunk))})"
-            text = f"SELECT owner_lc, horizon FROM {self.tweet_ks}.home_timeline WHERE {where} PER PARTITION LIMIT 1"
-            rows = await cql.execute(self.session, text, tuple(chunk), name="bench_verify")
-            gone.update(r.owner_lc for r in rows if r.horizon is not None and r.horizon.time > tweet_id.time)
-        return gone
+        rows = await self._home_partitions(owners, "horizon", " PER PARTITION LIMIT 1")
+        return {r.owner_lc for r in rows if r.horizon is not None and r.horizon.time > tweet_id.time}
 
     async def delivered(self, posted: Sequence[tuple[str, str]]) -> bool:
         """Whether each (author, id) is in the author's and every follower's home timeline."""
