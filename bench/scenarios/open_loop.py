@@ -32,6 +32,13 @@ async def settle(ctx: Ctx, scenario: str, timeout_s: float = 600.0) -> None:
     ctx.rec.add(scenario, "compactions_at_start", first)
 
 
+async def quiet(ctx: Ctx, scenario: str) -> None:
+    """Idle workers (every queued event delivered), then ``settle``: the start of a scenario
+    that follows one leaving a backlog behind."""
+    await asyncio.to_thread(openloop.drain_workers, ctx.system.metrics_urls(), 600.0)
+    await settle(ctx, scenario)
+
+
 async def population(ctx: Ctx) -> openloop.Population:
     """The real-engine population, seeded once by the first open-loop scenario."""
     if ctx.population is None:
@@ -120,8 +127,7 @@ async def mixed_embedded(ctx: Ctx, p: dict[str, Any]) -> None:
     # beside that (load 7.8 on 2 cores, 2026-11-28), the same embedded load cost 9.2 CPU-s per
     # 1,000 requests instead of 6.3. Start from idle workers and no compaction.
     if ctx.system.core_running():
-        await asyncio.to_thread(openloop.drain_workers, ctx.system.metrics_urls(), 600.0)
-        await settle(ctx, "mixed_embedded")
+        await quiet(ctx, "mixed_embedded")
     system = BenchSystem(ctx.tmp / "embedded", ctx.args.base_port + 200, extra_env=p["env"], log_dir=ctx.logs / "embedded")
     say(f"embedded default: SQLite + tansu on ports {system.base_port}+")
     await asyncio.to_thread(system.start, 120)

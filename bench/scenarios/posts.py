@@ -17,7 +17,7 @@ from ..context import BenchError, Ctx, say, stop_process
 from ..rows import Scope
 from ..system import spawn, wait_ready
 from .fanout import batch_rows
-from .open_loop import settle
+from .open_loop import quiet
 
 Sent = list[tuple[str, str, float]]  # (author, tweet id, when its 201 came)
 SYSTEMS = {"running": ("ours", "running"), "stopped": ("ours", "stopped"), "sync": ("sync", "stopped")}
@@ -147,8 +147,7 @@ async def _drain(
 
 async def delivery_lag(ctx: Ctx, p: dict[str, Any]) -> None:
     # it follows post_latency's tens of millions of rows: start from idle workers and no compaction
-    await asyncio.to_thread(openloop.drain_workers, ctx.system.metrics_urls(), 600.0)
-    await settle(ctx, "delivery_lag")
+    await quiet(ctx, "delivery_lag")
     runs = [("steady", p["rate"], p["duration_s"], 0.0), ("reads", p["reads_rate"], p["reads_duration_s"], p["reads_per_s"])]
     for run, rate, duration, reads in [*runs, *((f"sweep {r:g}/s", r, p["sweep_duration_s"], 0.0) for r in p["sweep_rates"])]:
         await _run(ctx, ctx.rec.scope("delivery_lag", run=run), rate, duration, reads)
