@@ -124,6 +124,13 @@ class HomeTimelineRepository(Protocol):
         (one partition read per hundred ids in Cassandra), so a purge deletes
         only rows that exist instead of writing tombstones for the rest."""
 
+    async def by_author(self, owner: str, author: str) -> list[uuid.UUID]:
+        """Every stored id of the owner's home timeline whose author is
+        ``author``, newest first: one read of the owner's whole partition,
+        which the row cap bounds (``trim``) however many tweets the author
+        has. What a purge reads instead of the author's userline once that
+        is the longer of the two."""
+
     async def window(self, owner: str, limit: int, before: uuid.UUID | None) -> HomeWindow:
         """``slice`` plus the owner's horizon, in one round of queries."""
 

@@ -33,8 +33,9 @@ from .hybrid import HybridHome
 from .regeneration import Regenerator
 from .sids import SidGenerator, to_sid
 
-# Unfollow removes the author's tweets from the follower's timeline; it walks
-# the author's userline back to the retention horizon in pages of this size.
+# Unfollow removes the author's tweets from the follower's timeline: it checks
+# the author's newest tweets, up to this many; past them it reads the
+# follower's (capped) home timeline for the author's rows instead.
 PURGE_PAGE = 500
 
 
@@ -248,18 +249,21 @@ class TweetStore:
 
     async def home_purge(self, owner: str, author: str) -> int:
         """Remove the author's tweets (back to the retention horizon) from
-        ``owner``'s home timeline."""
+        ``owner``'s home timeline.
+
+        Only the rows that are there are deleted: a delete of an absent row
+        is a tombstone every later read of this home timeline must skip. An
+        author whose tweets in retention fit one userline page has those
+        checked; a more prolific one has the owner's home timeline read for
+        their rows instead, a partition the row cap bounds, where paging the
+        userline would read every one of their tweets back to the horizon."""
         horizon = utcnow() - self._retention
-        removed, before = 0, None
-        while True:
-            ids = await self._s.tweets.userline(author, PURGE_PAGE, before)
-            live = [i for i in ids if timeuuid_time(i) > horizon]
-            # Only the rows that are there: a delete of an absent row is a
-            # tombstone every later read of this home timeline must skip.
+        ids = await self._s.tweets.userline(author, PURGE_PAGE, None)
+        live = [i for i in ids if timeuuid_time(i) > horizon]
+        if len(ids) < PURGE_PAGE or len(live) < len(ids):
             present = await self._s.home.present(owner, live) if live else []
-            if present:
-                await self._s.home.remove_many(owner, present)
-                removed += len(present)
-            if len(ids) < PURGE_PAGE or len(live) < len(ids):
-                return removed
-            before = ids[-1]
+        else:
+            present = await self._s.home.by_author(owner, author)
+        if present:
+            await self._s.home.remove_many(owner, present)
+        return len(present)

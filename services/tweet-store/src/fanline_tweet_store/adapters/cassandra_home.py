@@ -70,6 +70,7 @@ class CassandraHomeTimeline(Repository):
         self._delete = prepare(session, f"DELETE FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id = ?", write=True)
         self._slice = prepare(session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
         self._present = prepare(session, f"SELECT tweet_id FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id IN ?")
+        self._authors = prepare(session, f"SELECT tweet_id, author_lc FROM {ks}.home_timeline WHERE owner_lc = ?")
         self._slice_before = prepare(
             session, f"SELECT tweet_id, horizon FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id < ? LIMIT ?"
         )
@@ -165,6 +166,12 @@ class CassandraHomeTimeline(Repository):
         )
         found = {r.tweet_id for rows in results for r in rows}
         return [i for i in ids if i in found]
+
+    async def by_author(self, owner: str, author: str) -> list[uuid.UUID]:
+        # The partition's rows, every page (the author is not part of the key: filtered here).
+        author_lc = canonical(author)
+        rows = await execute(self._session, self._authors, (canonical(owner),), name="home_by_author")
+        return [r.tweet_id for r in rows if r.author_lc == author_lc]
 
     async def slice(self, owner: str, limit: int, before: uuid.UUID | None) -> list[uuid.UUID]:
         return (await self.window(owner, limit, before)).ids

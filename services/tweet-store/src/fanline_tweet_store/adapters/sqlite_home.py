@@ -106,6 +106,19 @@ class SqliteHomeTimeline:
         found = await self.db.run(read, name="home_present", write=False) if ids else set()
         return [i for i in ids if str(i) in found]
 
+    async def by_author(self, owner: str, author: str) -> list[uuid.UUID]:
+        params = (canonical(owner), canonical(author), now_ms())
+
+        def read(conn: sqlite3.Connection) -> list[uuid.UUID]:
+            rows = conn.execute(
+                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND author_lc = ? AND expires_at > ? "
+                "ORDER BY sort_key DESC",
+                params,
+            )
+            return [uuid.UUID(r[0]) for r in rows]
+
+        return await self.db.run(read, name="home_by_author", write=False)
+
     async def _delete(self, params: list[tuple[str, str]], name: str) -> None:
         if not params:
             return
