@@ -109,6 +109,8 @@ class System:
     # them, and the fan-out takes what is left. The gateway keeps its own.
     fanout_replica: bool = False
     background_nice: int = 0
+    # The embedded broker's port once started (``start_broker``); kept for its restarts.
+    _broker_port: int | None = field(default=None, init=False, repr=False)
 
     @property
     def ports(self) -> dict[str, int]:
@@ -136,6 +138,10 @@ class System:
 
     @property
     def broker_port(self) -> int:
+        """The embedded broker's port: base + 11092 (19092 for ``make run``), unless
+        that was taken when it first started (``start_broker``)."""
+        if self._broker_port is not None:
+            return self._broker_port
         return self.base_port + 11092 if self.base_port != 8000 else 19092
 
     @property
@@ -199,12 +205,32 @@ class System:
         if out is not None:
             os.close(out)
 
-    def start_broker(self) -> None:
+    def start_broker(self, timeout: float = 60) -> None:
+        """Start tansu on ``broker_port`` and wait until it listens.
+
+        base + 11092 lies in Linux's ephemeral range (32768-60999): the local
+        end of any client connection on this machine may hold it, then its
+        TIME_WAIT for a minute, and tansu exits at once when its bind fails
+        (EADDRINUSE; a CI run lost a test module to it). So on the first
+        start a port that cannot be bound is replaced by a free one the
+        kernel picks (``bootstrap`` names it; the services start after the
+        broker). A restart keeps its port and waits for it, as before: the
+        broker's own connections left in TIME_WAIT allow its rebind."""
         if self.kafka_bootstrap is not None:
             return
-        listener = f"tcp://127.0.0.1:{self.broker_port}"
-        self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener])
-        _wait_tcp("127.0.0.1", self.broker_port, 30)
+        deadline = time.monotonic() + timeout
+        first = self._broker_port is None
+        while True:
+            if first and not _bindable("127.0.0.1", self.broker_port):
+                self._broker_port = _free_port("127.0.0.1")
+            self._broker_port = port = self.broker_port
+            listener = f"tcp://127.0.0.1:{port}"
+            self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener])
+            if _wait_listening(self.procs["broker"], "127.0.0.1", port, deadline):
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the broker exited before listening on {listener} (see its log)")
+            time.sleep(0.5)
 
     def stop_broker(self) -> None:
         self.stop_service("broker")
@@ -353,15 +379,37 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def _wait_tcp(host: str, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def _bindable(host: str, port: int) -> bool:
+    """Whether a listening socket could bind ``host:port`` now, with SO_REUSEADDR as tansu's."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _free_port(host: str) -> int:
+    """A port nothing holds now, picked by the kernel."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], host: str, port: int, deadline: float) -> bool:
+    """True once something accepts on ``host:port``; False if ``proc`` exits
+    first; TimeoutError at ``deadline``."""
     while time.monotonic() < deadline:
         try:
             with socket.create_connection((host, port), timeout=1):
-                return
+                return True
         except OSError:
+            if proc.poll() is not None:
+                return False
             time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+    raise TimeoutError(f"nothing listening on {host}:{port} in time")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The local launcher's background-work settings (deploy/local/system.py):
 the fan-out worker writing through its own tweet-store replica, and the
 worker and that replica at a lower CPU priority — without starting any
-service (one real child process checks the niceness it runs at)."""
+service (one real child process checks the niceness it runs at); and the
+embedded broker's start when its port is held (real tansu, real sockets)."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +64,29 @@ def test_child_setup_sets_the_niceness_of_the_child() -> None:
     )
     assert int(out.stdout) == min(19, before + 7)
     assert os.nice(0) == before  # the parent is untouched
+
+
+def test_the_embedded_broker_moves_off_a_port_a_connection_holds(tmp_path: Path) -> None:
+    """The broker's port (base + 11092) is in Linux's ephemeral range, so a client
+    connection's local end can hold it, and tansu exits at once (EADDRINUSE): a CI run lost
+    a test module to that. The first start now takes a free port instead, which
+    ``bootstrap`` names, and a restart keeps it. Real tansu, real sockets."""
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))  # an ephemeral port, as the kernel hands one to a client
+        held = holder.getsockname()[1]
+        holder.connect(server.getsockname())
+        system = System(data_dir=tmp_path, base_port=held - 11092, log_dir=tmp_path / "logs")
+        assert system.broker_port == held
+        try:
+            system.start_broker(timeout=30)
+            port = system.broker_port
+            assert port != held and system.bootstrap == f"127.0.0.1:{port}"
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                pass
+            system.stop_broker()
+            system.start_broker(timeout=30)  # a restart: the same port, which the services know
+            assert system.broker_port == port and system.procs["broker"].poll() is None
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                pass
+        finally:
+            system.stop_broker()
