@@ -71,13 +71,6 @@ RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, ma
 # three-node cluster: "Connection defunct by heartbeat", and the service
 # exited); it is tried again rather than failing the start.
 MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=6, base_delay_s=1.0, max_delay_s=8.0)
-# Waiting for every node to agree on the schema at start-up: 12 waits of the
-# driver's 10 s plus the delays, about 190 s (under the launcher's 240 s
-# readiness budget). A node that misses a schema push catches up only by its
-# own pull, which Cassandra schedules once a minute: in a CI run one node of
-# the fresh three-node cluster received nothing for two minutes under load,
-# and the 85 s of MIGRATE_STATEMENT gave up and the service exited.
-SCHEMA_AGREEMENT = RetryPolicy("schema_agreement", attempts=12, base_delay_s=1.0, max_delay_s=8.0)
 CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 

@@ -98,7 +98,7 @@ async def migrate(
     # Every node knows the keyspace before a table goes into it: on a freshly
     # started cluster one node lagged, and the next CREATE TABLE, coordinated
     # there, failed with "Keyspace ... doesn't exist" (not retried: invalid).
-    await policies.retry(policies.SCHEMA_AGREEMENT, lambda: _agree(session, keyspace))
+    await policies.retry(policies.MIGRATE_STATEMENT, lambda: _agree(session, keyspace))
     await _with_retry(
         session,
         f"CREATE TABLE IF NOT EXISTS {keyspace}.schema_migrations (version int PRIMARY KEY, applied_at timestamp) "
@@ -113,7 +113,7 @@ async def migrate(
     # had not yet learned of schema_lock, failed with "table schema_lock does
     # not exist" on a freshly started three-node cluster (an invalid request,
     # so not retried, and the service exited at start).
-    await policies.retry(policies.SCHEMA_AGREEMENT, lambda: _agree(session, keyspace))
+    await policies.retry(policies.MIGRATE_STATEMENT, lambda: _agree(session, keyspace))
     async with _lease(session, keyspace, len(migrations), lock_timeout_s) as still_held:
         if still_held is None:  # another migrator brought it to this version meanwhile
             return await _agree(session, keyspace)
