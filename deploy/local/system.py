@@ -218,10 +218,13 @@ class System:
         broker's own connections left in TIME_WAIT allow its rebind."""
         if self.kafka_bootstrap is not None:
             return
+        # Imported here: run as a script, ``deploy`` is importable only once main() runs.
+        from deploy.local.infra.probes import _port_free  # the infra's own bind probe (SO_REUSEADDR, as tansu)
+
         deadline = time.monotonic() + timeout
         first = self._broker_port is None
         while True:
-            if first and not _bindable("127.0.0.1", self.broker_port):
+            if first and not _port_free("127.0.0.1", self.broker_port):
                 self._broker_port = _free_port("127.0.0.1")
             self._broker_port = port = self.broker_port
             listener = f"tcp://127.0.0.1:{port}"
@@ -377,17 +380,6 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _bindable(host: str, port: int) -> bool:
-    """Whether a listening socket could bind ``host:port`` now, with SO_REUSEADDR as tansu's."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def _free_port(host: str) -> int:
