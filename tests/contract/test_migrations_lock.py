@@ -154,3 +154,12 @@ async def test_a_failed_renewal_is_retried_and_a_lost_lease_stops_the_migrator(
         assert await migrations.schema_version(first, other) == 1
     finally:
         await execute(first, f"DROP KEYSPACE IF EXISTS {other}", name="drop_keyspace")
+
+
+async def test_each_nodes_own_schema_version_is_asked_of_that_node(sessions: Any) -> None:
+    """The fallback of ``_agree`` when the control node's peers view lags
+    runs on the real driver: one version per live node, that node's own."""
+    _, opened = sessions
+    versions = await asyncio.to_thread(migrations._own_versions, opened[0])
+    local = (await execute(opened[0], "SELECT schema_version FROM system.local", name="local"))[0]
+    assert list(versions.values()) == [str(local.schema_version)]

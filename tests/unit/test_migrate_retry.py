@@ -60,3 +60,31 @@ async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.Monkey
     with pytest.raises(Unavailable):  # (one migration: with none to apply nothing runs at all)
         await migrations.migrate(fake_session(), "ks", 3, ["CREATE TABLE IF NOT EXISTS {keyspace}.t (k int PRIMARY KEY)"])
     assert calls == 3
+
+
+def lagging_session(own: dict[str, str], down: tuple[str, ...] = ()) -> Any:
+    """The control node's peers view disagrees; each node's own version is ``own``."""
+    hosts = [SimpleNamespace(endpoint=name, is_up=name not in down, datacenter="dc1") for name in (*own, *down)]
+    asked: list[str] = []
+
+    def execute(statement: str, host: Any, timeout: float) -> Any:
+        assert statement == "SELECT schema_version FROM system.local"
+        asked.append(host.endpoint)
+        return SimpleNamespace(one=lambda: SimpleNamespace(schema_version=own[host.endpoint]))
+
+    metadata = SimpleNamespace(all_hosts=lambda: hosts, keyspaces={})
+    control = SimpleNamespace(wait_for_schema_agreement=lambda: False)
+    return SimpleNamespace(cluster=SimpleNamespace(metadata=metadata, control_connection=control), execute=execute, asked=asked)
+
+
+async def test_a_stale_peers_view_is_checked_against_each_nodes_own_version() -> None:
+    """CI's fresh cluster: one peer row lagged for minutes while every node
+    had applied the same schema; asked directly, they agree."""
+    session = lagging_session({"n1": "v2", "n2": "v2", "n3": "v2"}, down=("n4",))
+    await migrations._agree(session, "ks")
+    assert session.asked == ["n1", "n2", "n3"]  # a node the driver sees down is not asked
+
+
+async def test_nodes_that_really_disagree_are_no_agreement() -> None:
+    with pytest.raises(Unavailable, match="no schema agreement on ks"):
+        await migrations._agree(lagging_session({"n1": "v2", "n2": "v1"}), "ks")

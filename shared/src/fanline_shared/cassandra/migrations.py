@@ -31,8 +31,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cassandra import InvalidRequest
-from cassandra.cluster import Session
+from cassandra import DriverException, InvalidRequest
+from cassandra.cluster import NoHostAvailable, Session
 
 from .. import policies
 from ..errors import Unavailable
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 LEASE_TTL_S = 60  # a crashed migrator's lease lapses after this
 LEASE_RENEW_S = 15
 POLL_S = 1.0
+_LOCAL_VERSION = "SELECT schema_version FROM system.local"
+LOCAL_VERSION_TIMEOUT_S = 10.0
 
 
 def _datacenters(session: Session, fallback: str) -> list[str]:
@@ -171,9 +173,35 @@ async def _applied(session: Session, keyspace: str) -> set[int]:
 
 
 async def _agree(session: Session, keyspace: str) -> None:
+    """Every live node has the same schema, or ``Unavailable``.
+
+    The driver's check reads the control node's ``system.peers``: its gossip
+    view of the others' versions, which can lag. On a freshly started CI
+    cluster one peer row stayed stale for minutes while every node's own log
+    showed it had applied the same schema, so the service exited. When that
+    view disagrees, each live node is asked for its own version
+    (``system.local``), as the Rust driver checks agreement; those agreeing
+    is the agreement that matters: any coordinator knows every table.
+    """
     agreed = await asyncio.to_thread(session.cluster.control_connection.wait_for_schema_agreement)
     if agreed is False:
-        raise Unavailable(f"cassandra: no schema agreement on {keyspace}")
+        try:
+            versions = await asyncio.to_thread(_own_versions, session)
+        except (DriverException, NoHostAvailable, OSError) as exc:
+            raise Unavailable(f"cassandra: no schema agreement on {keyspace}: {exc!r}") from exc
+        if len(set(versions.values())) != 1:
+            raise Unavailable(f"cassandra: no schema agreement on {keyspace}: {versions}")
+        log.warning("cassandra: the control node's view of peers' schema lags; each of %d nodes reports the same", len(versions))
+
+
+def _own_versions(session: Session) -> dict[str, str]:
+    """Each live node's schema version, asked of that node (blocking)."""
+    versions: dict[str, str] = {}
+    for host in session.cluster.metadata.all_hosts():
+        if host.is_up:
+            row = session.execute(_LOCAL_VERSION, host=host, timeout=LOCAL_VERSION_TIMEOUT_S).one()
+            versions[str(host.endpoint)] = str(row.schema_version)
+    return versions
 
 
 def _table_id(keyspace: str, table: str) -> uuid.UUID:
