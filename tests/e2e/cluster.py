@@ -81,6 +81,9 @@ class Load:
     (5xx, transport error) for up to ``op_deadline_s``: ``retried`` counts
     the attempts that errored, ``failed`` the operations that never
     succeeded. A tweet is *acknowledged* once a 200/201 returned its id.
+    ``deadline_refusals`` counts the retried attempts a live gateway
+    refused at its own request deadline (``503``, "no answer within"): a
+    dependency slower than the deadline, not a gateway going away.
     """
 
     api_url: str
@@ -95,6 +98,7 @@ class Load:
     op_deadline_s: float = 60.0
     sent: int = 0
     retried: int = 0
+    deadline_refusals: int = 0
     failed: int = 0
     acked: dict[str, tuple[str, str]] = field(default_factory=dict)  # body -> (author, tweet id)
     errors: list[str] = field(default_factory=list)
@@ -126,17 +130,23 @@ class Load:
                 if self.gateways is not None:
                     pool = self.gateways()
                     url = pool[self.sent % len(pool)] + path
+            sent_at = time.monotonic()
+            deadline_refusal = False
             try:
                 r = client.request(method, url, **kw)
                 if r.status_code < 500 and r.status_code != 429:
                     return r
                 reason = f"{r.status_code} {r.text[:120]}"
+                deadline_refusal = r.status_code == 503 and "no answer within" in r.text
             except httpx.HTTPError as exc:
                 reason = repr(exc)[:160]
             with self._lock:
                 self.retried += 1
+                self.deadline_refusals += deadline_refusal
                 if len(self.errors) < 50:
-                    self.errors.append(f"{time.strftime('%H:%M:%S')} {method} {path}: {reason}")
+                    where = f" via {url.removesuffix(path)}" if self.gateways is not None else ""
+                    took = time.monotonic() - sent_at
+                    self.errors.append(f"{time.strftime('%H:%M:%S')} {method} {path}{where} after {took:.1f} s: {reason}")
             if time.monotonic() > deadline:
                 with self._lock:
                     self.failed += 1

@@ -66,6 +66,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.real_infra, pytest.mark.e2e, pyte
 FAULT_S = float(os.environ.get("FANLINE_CLUSTER_FAULT_S", "20"))
 PAUSE_S = float(os.environ.get("FANLINE_CLUSTER_PAUSE_S", "30"))
 WARMUP_S = 5.0
+#: The rolling upgrade's bound on attempts refused at the gateway's deadline
+#: (a slow dependency on shared cores, not the rollout): 2 %.
+ROLLOUT_DEADLINE_SHARE = 0.02
 # How long the min.insync.replicas test keeps partitions at one in-sync replica, once refused.
 ONE_IN_SYNC_S = 10.0
 # A fault's signal (docs/operations/alerts.md) may come this much after the fault's
@@ -573,7 +576,13 @@ def test_rolling_upgrade_of_gateways_and_workers(cluster_system: System, api: Ap
     (a Service drops a terminating pod's endpoint), gets a moment to finish
     what it holds, stops (SIGTERM) and a new one takes its place once ready; then each worker stops and a new one
     joins the group (a rebalance each) before the next goes. 0 lost, 0
-    duplicated, 0 failed and 0 retried operations: clients notice nothing.
+    duplicated, 0 failed operations, and no retry the rollout caused: no
+    refused or reset connection, no 5xx but the gateway's own 2 s deadline.
+    Those deadline refusals (a live gateway whose dependency answered late)
+    are reported and may be at most ``ROLLOUT_DEADLINE_SHARE`` of the
+    attempts: CI runs this beside the engine-free tests on two shared cores,
+    and a fresh-clone run there (2026-11-28) met the deadline twice in 459
+    attempts while no process of the request path was being replaced.
     The new processes run the same code: what old and new code must agree
     on, the events, is tested with the previous release's real events
     (tests/unit/test_event_versions.py). About a minute (60 s on 2 cores)."""
@@ -615,6 +624,7 @@ def _roll(
 
     def replace(name: str, url: str) -> None:
         t0 = time.monotonic()
+        steps.append(f"{time.strftime('%H:%M:%S')}")
         s.stop_service(name)
         if name == "api-1":
             s.start_api_replica(1)
@@ -623,7 +633,7 @@ def _roll(
         else:
             s.start_service(name)
         eventually(lambda: _ready(url), timeout=90, interval=0.5, what=f"the new {name}")
-        steps.append(f"{name} {time.monotonic() - t0:.0f} s")
+        steps[-1] = f"{name} {time.monotonic() - t0:.0f} s from {steps[-1]}"
 
     migrate: subprocess.Popen[str] | None = None
     try:
@@ -661,9 +671,13 @@ def _roll(
         len(load.acked),
         lost,
         duplicated,
-        "fanline migrate beside the first replacements (schema current); " + ", ".join(steps),
+        "fanline migrate beside the first replacements (schema current); "
+        + ", ".join(steps)
+        + f"; retried: {load.deadline_refusals} at the gateway's deadline, {load.retried - load.deadline_refusals} other",
     )
     record(row)
     print(f"\n{row}\nfirst errors: {load.errors[:10]}")
     assert len(load.acked) > 20, "the load never got going"
-    assert (lost, duplicated, load.failed, load.retried) == (0, 0, 0, 0), (row, load.errors[:20])
+    assert (lost, duplicated, load.failed) == (0, 0, 0), (row, load.errors[:20])
+    assert load.retried == load.deadline_refusals, ("a retry the rollout caused", row, load.errors[:20])
+    assert load.deadline_refusals <= ROLLOUT_DEADLINE_SHARE * load.sent, (row, load.errors[:20])
