@@ -209,6 +209,11 @@ class StorageSettings:
     # `fanline migrate` always migrate. SQLite always migrates (one process).
     schema_at_start: Literal["migrate", "wait"] = "migrate"
     schema_wait_s: float = 600.0
+    # How long an outbox partition past its hot minutes that the relay's
+    # sweep read empty goes unread (cassandra/outbox.py): the longest a late
+    # write into it waits if its own gateway did not publish it either.
+    # 0: every open partition on every sweep, as before issue 31.
+    outbox_recheck_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Env) -> StorageSettings:
@@ -227,6 +232,7 @@ class StorageSettings:
             security=CassandraSecurity.from_env(env) if backend == "cassandra" else CassandraSecurity(),
             schema_at_start=env.choice("FANLINE_SCHEMA_AT_START", "migrate", ("migrate", "wait")),  # type: ignore[arg-type]
             schema_wait_s=env.number("FANLINE_SCHEMA_WAIT_S", 600.0, positive=True),
+            outbox_recheck_s=env.number("FANLINE_OUTBOX_RECHECK_S", 30.0),
         )
 
     def keyspace(self, owner: str) -> str:

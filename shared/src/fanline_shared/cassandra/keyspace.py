@@ -103,7 +103,7 @@ class Keyspace:
 
     def outbox(self) -> CassandraOutbox:
         """This keyspace's outbox (its statements are prepared on start)."""
-        box = CassandraOutbox(self.name)
+        box = CassandraOutbox(self.name, recheck_empty_s=self.settings.outbox_recheck_s)
         self.on_start(box.prepare)
         return box
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import math
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -34,6 +36,9 @@ OUTBOX_CLOSE_AFTER = timedelta(minutes=10)
 _ACK_IDS = 100
 # Writers skip re-indexing a minute they indexed themselves only this recently.
 _INDEX_TRUST_MINUTES = 5
+# The current minute and this many before it are read on every sweep; an older
+# minute only gets an event from a write that took longer than that.
+OUTBOX_HOT_MINUTES = 2
 
 
 OUTBOX_TABLES_MIGRATIONS = (
@@ -118,10 +123,14 @@ class CassandraOutbox:
     acknowledges them.
     """
 
-    def __init__(self, keyspace: str) -> None:
+    def __init__(self, keyspace: str, recheck_empty_s: float = 0.0) -> None:
         self.keyspace = keyspace
         self.session: Session | None = None
         self._indexed: set[tuple[int, int]] = set()
+        # Partitions older than the hot minutes that ``pending`` read empty,
+        # and when (monotonic): not read again for ``recheck_empty_s``.
+        self.recheck_empty_s = recheck_empty_s
+        self._empty_at: dict[tuple[int, int], float] = {}
 
     def prepare(self, session: Session) -> None:
         """Blocking: prepare the statements (call from ``to_thread``)."""
@@ -208,24 +217,53 @@ class CassandraOutbox:
         # Strictly older than ``older_than``: below its smallest timeuuid.
         bound = min_timeuuid(older_than)
         last_minute = unix_minute(older_than)
-        closed_before = unix_minute(datetime.now(UTC) - OUTBOX_CLOSE_AFTER)
+        now = datetime.now(UTC)
+        closed_before = unix_minute(now - OUTBOX_CLOSE_AFTER)
+        cold_before = min(last_minute, unix_minute(now)) - OUTBOX_HOT_MINUTES
+        if len(self._empty_at) > 4 * OUTBOX_SHARDS * OUTBOX_CLOSE_AFTER // timedelta(minutes=1):
+            # Minutes another process dropped from the index never come back here.
+            self._empty_at = {k: t for k, t in self._empty_at.items() if k[1] >= closed_before}
         per_shard = await asyncio.gather(
-            *(self._pending_shard(session, shard, bound, last_minute, closed_before, limit) for shard in range(OUTBOX_SHARDS))
+            *(
+                self._pending_shard(session, shard, bound, last_minute, closed_before, cold_before, limit)
+                for shard in range(OUTBOX_SHARDS)
+            )
         )
         merged = heapq.merge(*per_shard, key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
         return [event for event, _ in zip(merged, range(limit), strict=False)]
 
     async def _pending_shard(
-        self, session: Session, shard: int, bound: uuid.UUID, last_minute: int, closed_before: int, limit: int
+        self,
+        session: Session,
+        shard: int,
+        bound: uuid.UUID,
+        last_minute: int,
+        closed_before: int,
+        cold_before: int,
+        limit: int,
     ) -> list[OutboxEvent]:
         minutes = await execute(session, self._minutes, (shard, last_minute, 10_000), name="outbox_minutes")
         events: list[OutboxEvent] = []
+        now = time.monotonic()
         for row in minutes:
+            key = (shard, row.minute)
+            if row.minute < cold_before and now - self._empty_at.get(key, -math.inf) < self.recheck_empty_s:
+                # Read empty a moment ago and past its hot minutes: only a
+                # write slower than those minutes could have added an event
+                # since (its gateway then also failed to publish it). Every
+                # sweep re-reading the ten open minutes of every shard was
+                # about one Cassandra read per request at 60/s (issue 31).
+                continue
             rows = await execute(session, self._read, (shard, row.minute, bound, limit - len(events)), name="outbox_pending")
             events.extend(OutboxEvent(id=r.event_id, key=r.key, payload=bytes(r.payload), request_id=r.request_id) for r in rows)
-            if not rows and row.minute < closed_before:
+            if rows:
+                self._empty_at.pop(key, None)
+            elif row.minute < closed_before:
                 # Closed and drained: stop reading it on every sweep.
                 await execute(session, self._delete_minute, (shard, row.minute), name="outbox_minute_drop")
+                self._empty_at.pop(key, None)
+            elif row.minute < cold_before:
+                self._empty_at[key] = now
             if len(events) >= limit:
                 break
         events.sort(key=lambda e: (timeuuid_time(e.id), timeuuid_sort_key(e.id)))
