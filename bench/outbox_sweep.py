@@ -1,0 +1,101 @@
+"""What one outbox sweep of the relay costs at steady state, with and without
+the re-check of empty old partitions (``FANLINE_OUTBOX_RECHECK_S``, issue 31).
+
+A focused measurement beside the scenarios: the ``mixed`` run lasts minutes on
+fresh keyspaces, so its outboxes never hold the ten open minutes a running
+system sweeps. This fills one outbox as 60 requests/s leave it (posts at 12/s:
+90 events per shard and minute, ten minutes, every event acknowledged, so the
+partitions hold tombstones), then times ``pending`` back to back: the client's
+CPU (this process) and Cassandra's (``/proc``), per sweep, in turns of
+re-check 0 (every open partition on every sweep) and 30 s.
+
+    python -m bench.outbox_sweep        # single-node engines (make infra-up)
+
+It prints each turn's figures and what they come to per 1,000 requests at
+60/s: two owners' outboxes (social-graph's holds fewer events per partition,
+taken here as the same: a sweep's cost is mostly per statement), one sweep
+every ``FANLINE_RELAY_READ_S`` (3 s) each. The re-check's own re-reads (each
+cold partition once per 30 s) are left out: about a tenth of the saving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from deploy.local.infra import LocalInfra
+from fanline_shared.cassandra import execute, execute_concurrent
+from fanline_shared.cassandra.keyspace import Keyspace
+from fanline_shared.cassandra.outbox import OUTBOX_SHARDS, outbox_partition
+from fanline_shared.config import StorageSettings
+from fanline_shared.domain import OutboxEvent, new_timeuuid
+
+from .probes import cpu_clocks
+
+PER_SHARD_MINUTE = 90
+MINUTES = 10
+SWEEPS = 60
+RATE = 60.0
+OUTBOXES = 2
+READ_EVERY_S = 3.0
+
+
+async def measure() -> None:
+    settings = StorageSettings(
+        backend="cassandra",
+        data_dir=Path("."),
+        cassandra_hosts=tuple(os.environ.get("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",")),
+        cassandra_port=int(os.environ.get("FANLINE_CASSANDRA_PORT", "9042")),
+        keyspace_prefix=f"sweep_{secrets.token_hex(3)}",
+        replication_factor=1,
+        local_dc="datacenter1",
+        request_timeout_s=10.0,
+    )
+    keyspace = Keyspace(settings, "owner", [])
+    box = keyspace.outbox()
+    await keyspace.start()
+    pid = LocalInfra().cassandra.pid()
+    if pid is None:
+        raise SystemExit("no local Cassandra (make infra-up)")
+    cassandra = {"cassandra": pid}
+    try:
+        start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=MINUTES - 1)
+        per_minute = PER_SHARD_MINUTE * OUTBOX_SHARDS
+        events = [
+            OutboxEvent(id=new_timeuuid(start + timedelta(minutes=m, seconds=59.0 * i / per_minute)), key="k", payload=b"{}")
+            for m in range(MINUTES)
+            for i in range(per_minute)
+        ]
+        partitions = sorted({outbox_partition(e.id) for e in events})
+        session = keyspace.session
+        await execute_concurrent(session, box._insert_minute, partitions, name="sweep_index", concurrency=64)
+        rows = [(*outbox_partition(e.id), e.id, e.key, e.payload, None) for e in events]
+        await execute_concurrent(session, box._insert, rows, name="sweep_rows", concurrency=64)
+        await box.ack([e.id for e in events])
+        print(f"{len(events)} events written and acknowledged in {len(partitions)} partitions")
+        for recheck in (0.0, 30.0, 0.0, 30.0):
+            box.recheck_empty_s = recheck
+            box._empty_at.clear()
+            await box.pending(datetime.now(UTC) - timedelta(seconds=3), 1000)  # the first sweep reads them all
+            c0, p0, t0 = cpu_clocks(cassandra)["cassandra"], time.process_time(), time.monotonic()
+            for _ in range(SWEEPS):
+                found = await box.pending(datetime.now(UTC) - timedelta(seconds=3), 1000)
+                assert not found, found
+            c1, p1, t1 = cpu_clocks(cassandra)["cassandra"], time.process_time(), time.monotonic()
+            engine_ms, client_ms = (c1 - c0) / SWEEPS * 1e3, (p1 - p0) / SWEEPS * 1e3
+            per_1k = (engine_ms + client_ms) / 1e3 * (OUTBOXES / READ_EVERY_S) / RATE * 1e3
+            print(
+                f"re-check {recheck:2.0f} s: per sweep Cassandra {engine_ms:5.1f} CPU-ms, client {client_ms:5.1f} CPU-ms,"
+                f" {(t1 - t0) / SWEEPS * 1e3:5.1f} ms; {per_1k:.3f} CPU-s per 1,000 requests at {RATE:.0f}/s"
+            )
+    finally:
+        await execute(keyspace.session, f"DROP KEYSPACE IF EXISTS {keyspace.name}", name="sweep_drop")
+        await keyspace.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(measure())
