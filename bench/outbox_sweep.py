@@ -70,16 +70,15 @@ async def measure() -> None:
             for m in range(MINUTES)
             for i in range(per_minute)
         ]
-        partitions = sorted({outbox_partition(e.id) for e in events})
-        session = keyspace.session
-        await execute_concurrent(session, box._insert_minute, partitions, name="sweep_index", concurrency=64)
-        rows = [(*outbox_partition(e.id), e.id, e.key, e.payload, None) for e in events]
-        await execute_concurrent(session, box._insert, rows, name="sweep_rows", concurrency=64)
+        first_of = {outbox_partition(e.id): e for e in reversed(events)}
+        await asyncio.gather(*(box.ensure_index(e) for e in first_of.values()))
+        statement = box.row_write(events[0])[0]
+        rows = [box.row_write(e)[1] for e in events]
+        await execute_concurrent(keyspace.session, statement, rows, name="sweep_rows", concurrency=64)
         await box.ack([e.id for e in events])
-        print(f"{len(events)} events written and acknowledged in {len(partitions)} partitions")
+        print(f"{len(events)} events written and acknowledged in {len(first_of)} partitions")
         for recheck in (0.0, 30.0, 0.0, 30.0):
             box.recheck_empty_s = recheck
-            box._empty_at.clear()
             await box.pending(datetime.now(UTC) - timedelta(seconds=3), 1000)  # the first sweep reads them all
             c0, p0, t0 = cpu_clocks(cassandra)["cassandra"], time.process_time(), time.monotonic()
             for _ in range(SWEEPS):

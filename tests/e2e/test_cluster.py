@@ -623,8 +623,7 @@ def _roll(
     steps: list[str] = []
 
     def replace(name: str, url: str) -> None:
-        t0 = time.monotonic()
-        steps.append(f"{time.strftime('%H:%M:%S')}")
+        t0, begun = time.monotonic(), time.strftime("%H:%M:%S")
         s.stop_service(name)
         if name == "api-1":
             s.start_api_replica(1)
@@ -633,7 +632,7 @@ def _roll(
         else:
             s.start_service(name)
         eventually(lambda: _ready(url), timeout=90, interval=0.5, what=f"the new {name}")
-        steps[-1] = f"{name} {time.monotonic() - t0:.0f} s from {steps[-1]}"
+        steps.append(f"{name} {time.monotonic() - t0:.0f} s from {begun}")
 
     migrate: subprocess.Popen[str] | None = None
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -220,9 +219,8 @@ class CassandraOutbox:
         now = datetime.now(UTC)
         closed_before = unix_minute(now - OUTBOX_CLOSE_AFTER)
         cold_before = min(last_minute, unix_minute(now)) - OUTBOX_HOT_MINUTES
-        if len(self._empty_at) > 4 * OUTBOX_SHARDS * OUTBOX_CLOSE_AFTER // timedelta(minutes=1):
-            # Minutes another process dropped from the index never come back here.
-            self._empty_at = {k: t for k, t in self._empty_at.items() if k[1] >= closed_before}
+        # Closed minutes leave (another process may have dropped their index rows).
+        self._empty_at = {k: t for k, t in self._empty_at.items() if k[1] >= closed_before}
         per_shard = await asyncio.gather(
             *(
                 self._pending_shard(session, shard, bound, last_minute, closed_before, cold_before, limit)
@@ -247,7 +245,8 @@ class CassandraOutbox:
         now = time.monotonic()
         for row in minutes:
             key = (shard, row.minute)
-            if row.minute < cold_before and now - self._empty_at.get(key, -math.inf) < self.recheck_empty_s:
+            read_empty_at = self._empty_at.get(key)
+            if row.minute < cold_before and read_empty_at is not None and now - read_empty_at < self.recheck_empty_s:
                 # Read empty a moment ago and past its hot minutes: only a
                 # write slower than those minutes could have added an event
                 # since (its gateway then also failed to publish it). Every
