@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import gc
 import itertools
 import secrets
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cassandra import InvalidRequest
+from cassandra import InvalidRequest, OperationTimedOut
 from cassandra.cluster import ResponseFuture, Session
 
 from fanline_shared import cassandra as fc
+from fanline_shared.cassandra.loop_reactor import LoopConnection
 from fanline_shared.errors import Unavailable
 
 from .support import storage_settings
@@ -22,13 +26,18 @@ from .support import storage_settings
 pytestmark = pytest.mark.real_infra
 
 
-@pytest.fixture(scope="module")
-async def session(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Session]:
+# The services' connections are served by their own event loop (the
+# default, cassandra/loop_reactor.py); the driver's libev thread is the
+# alternative. Every test of the bridge runs on both.
+@pytest.fixture(scope="module", params=["loop", "libev"])
+async def session(
+    real_infra: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[Session]:
     settings = storage_settings("cassandra", data_dir=tmp_path_factory.mktemp("bridge"), prefix="unused", cassandra=real_infra)
-    s = await fc.open_session(settings)
+    s = await fc.open_session(dataclasses.replace(settings, reactor=request.param))
     keyspace = f"t_{secrets.token_hex(4)}_bridge"
     await fc.migrate(s, keyspace, 1, ["CREATE TABLE IF NOT EXISTS {keyspace}.kv (k int, c int, v text, PRIMARY KEY (k, c))"])
-    s.set_keyspace(keyspace)
+    await asyncio.to_thread(s.set_keyspace, keyspace)  # blocking, as prepare
     try:
         yield s
     finally:
@@ -36,9 +45,14 @@ async def session(real_infra: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         await fc.close_session(s)
 
 
+async def prepare(session: Session, cql: str, **kwargs: Any) -> Any:
+    """``fc.prepare`` blocks: off the loop, as the services call it."""
+    return await asyncio.to_thread(functools.partial(fc.prepare, session, cql, **kwargs))
+
+
 async def test_execute_concurrent_returns_results_in_order(session: Session) -> None:
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
-    select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    select = await prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
     await fc.execute_concurrent(session, insert, [(1, i, f"v{i}") for i in range(500)], name="t", concurrency=50)
     results = await fc.execute_concurrent(session, select, [(1, i) for i in reversed(range(500))], name="t", concurrency=7)
     assert [rows[0].v for rows in results] == [f"v{i}" for i in reversed(range(500))]
@@ -46,23 +60,23 @@ async def test_execute_concurrent_returns_results_in_order(session: Session) -> 
 
 
 async def test_execute_fetches_every_page_off_the_loop(session: Session) -> None:
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     await fc.execute_concurrent(session, insert, [(2, i, "x") for i in range(35)], name="t")
-    select = fc.prepare(session, "SELECT c FROM kv WHERE k = ?")
+    select = await prepare(session, "SELECT c FROM kv WHERE k = ?")
     select.fetch_size = 10  # four pages
     rows = await fc.execute(session, select, (2,), name="t")
     assert [r.c for r in rows] == list(range(35))
 
 
 async def test_lwt_reports_applied_and_existing_row(session: Session) -> None:
-    lwt = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) IF NOT EXISTS", write=True, idempotent=False)
+    lwt = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) IF NOT EXISTS", write=True, idempotent=False)
     assert (await fc.execute_lwt(session, lwt, (3, 0, "first"), name="t"))[0] is True
     applied, row = await fc.execute_lwt(session, lwt, (3, 0, "second"), name="t")
     assert applied is False and row is not None and row.v == "first"
 
 
 async def test_first_error_is_raised_after_in_flight_ones(session: Session) -> None:
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     params: list[Any] = [(4, i, "ok") for i in range(20)]
     params[5] = (4, 5, "x", "extra")  # too many values: fails when bound
     with pytest.raises(ValueError):
@@ -105,7 +119,7 @@ async def test_connects_with_the_configured_protocol(real_infra: Any, tmp_path: 
 
 
 async def test_cancelled_fan_out_stops(session: Session) -> None:
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     task = asyncio.create_task(
         fc.execute_concurrent(session, insert, [(5, i, "x") for i in range(20_000)], name="t", concurrency=2)
     )
@@ -144,8 +158,8 @@ async def test_finished_requests_are_not_cyclic_garbage(session: Session) -> Non
     """Each statement must be freed by reference counting alone: cyclic
     garbage per statement turns into GC pauses on every service's event loop
     under fan-out (see ``fanline_shared.cassandra.callbacks._release``)."""
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
-    select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    select = await prepare(session, "SELECT v FROM kv WHERE k = ? AND c = ?")
     await fc.execute(session, select, (3, 0), name="t")  # warm: row classes, plans
     gc.collect()
     gc.disable()
@@ -182,7 +196,7 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
     """10 partitions per batch is the node's default warning threshold: the
     default batch size stays silent, one more row makes the node warn (which
     shows this test can see the warning)."""
-    insert = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?)", write=True)
     base = 1_000 * rows
     params = [(base + i, 0, f"r{i}") for i in range(95)]
     batches = fc.replica_batches(session, insert, params, rows=rows)
@@ -192,7 +206,7 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
     caplog.clear()
     with caplog.at_level("WARNING", logger="cassandra"):
         await fc.execute_each(session, batches, name="t", concurrency=3)
-    select = fc.prepare(session, "SELECT v FROM kv WHERE k = ? AND c = 0")
+    select = await prepare(session, "SELECT v FROM kv WHERE k = ? AND c = 0")
     found = await fc.execute_concurrent(session, select, [(base + i,) for i in range(95)], name="t", concurrency=16)
     assert [r[0].v for r in found] == [f"r{i}" for i in range(95)]
     assert bool(_server_warnings(caplog)) is warned
@@ -200,7 +214,7 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
 
 async def test_execute_each_raises_the_first_error_and_accepts_nothing(session: Session) -> None:
     await fc.execute_each(session, [], name="t")
-    bad = fc.prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)
+    bad = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)
     batches = fc.replica_batches(session, bad, [(7, i, "x", -1) for i in range(30)], rows=10)
     with pytest.raises(InvalidRequest):
         await fc.execute_each(session, batches, name="t", concurrency=2)
@@ -220,3 +234,35 @@ def test_a_lost_node_is_tried_again_within_seconds(session: Session) -> None:
     # (the driver adds up to 15 % jitter, and never goes past max_delay)
     assert delays[0] <= CASSANDRA_RECONNECT.base_delay_s * 1.15
     assert max(delays) <= CASSANDRA_RECONNECT.max_delay_s <= 5.0
+
+
+async def test_the_loop_serves_the_connections_and_refuses_blocking_calls(real_infra: Any, tmp_path: Path) -> None:
+    """The default: completions arrive on the loop that awaits them (no thread
+    hop), a request's timeout fires there too, and a blocking call on that
+    loop fails at once instead of waiting forever for an answer only the
+    loop could read."""
+    s = await fc.open_session(storage_settings("cassandra", data_dir=tmp_path, prefix="x", cassandra=real_infra))
+    loop = asyncio.get_running_loop()
+    try:
+        assert issubclass(s.cluster.connection_class, LoopConnection)
+
+        async def outcome(request_timeout_s: float | None = None) -> tuple[int, Any]:
+            done: asyncio.Future[tuple[int, Any]] = loop.create_future()
+
+            def report(value: Any) -> None:
+                loop.call_soon_threadsafe(done.set_result, (threading.get_ident(), value))
+
+            kwargs = {} if request_timeout_s is None else {"timeout": request_timeout_s}
+            s.execute_async("SELECT release_version FROM system.local", **kwargs).add_callbacks(report, report)
+            return await asyncio.wait_for(done, 15)
+
+        thread, rows = await outcome()
+        assert thread == threading.get_ident() and rows[0].release_version
+        thread, error = await outcome(request_timeout_s=0.0001)  # the timer fires before any answer is read
+        assert thread == threading.get_ident() and isinstance(error, OperationTimedOut), error
+        with pytest.raises(RuntimeError, match="to_thread"):
+            fc.prepare(s, "SELECT release_version FROM system.local")
+        statement = await asyncio.to_thread(fc.prepare, s, "SELECT release_version FROM system.local")
+        assert (await fc.execute(s, statement, name="t"))[0].release_version
+    finally:
+        await fc.close_session(s)

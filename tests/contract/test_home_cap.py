@@ -108,10 +108,11 @@ async def test_trims_leave_at_most_one_range_tombstone_in_a_page(
         trims += await tweet_store.home.trim(owner, 100) is not None
     assert trims >= 18
     session = tweet_store.engine.session  # type: ignore[attr-defined]
-    statement = session.prepare(
+    statement = await asyncio.to_thread(
+        session.prepare,
         f"SELECT tweet_id FROM {tweet_store.engine.name}.home_timeline "  # type: ignore[attr-defined]
-        "WHERE owner_lc = ? AND tweet_id < ? LIMIT 21"
-    )
+        "WHERE owner_lc = ? AND tweet_id < ? LIMIT 21",
+    )  # blocking: off the loop that serves the session's connections
     newest = newest_first(ids)
 
     def tombstones(before: uuid.UUID) -> int:

@@ -1,8 +1,11 @@
-"""What runs on the driver's I/O thread, shared by ``bridge`` and ``window``.
+"""What runs where the driver reports completions, shared by ``bridge`` and ``window``.
 
-cassandra-driver reports completions through callbacks on its own thread.
-``_post`` hands an outcome to the event loop with ``call_soon_threadsafe``
-(``_resolve`` sets it on the awaiting future, unless that was cancelled);
+cassandra-driver reports completions through callbacks on the thread that
+serves its connections: the awaiting event loop itself (``loop_reactor``, the
+default) or the driver's libev thread. ``_post`` hands an outcome to the
+event loop — at once on the loop's own thread, else with
+``call_soon_threadsafe`` (``_resolve`` sets it on the awaiting future, unless
+that was cancelled);
 ``_translate`` counts a failure in ``metrics.CASSANDRA_ERRORS`` and maps
 "the cluster did not answer" failures to ``fanline_shared.errors.Unavailable``
 (request-validation errors and programming errors propagate unchanged);
@@ -12,6 +15,7 @@ cassandra-driver reports completions through callbacks on its own thread.
 from __future__ import annotations
 
 import asyncio
+from asyncio import _get_running_loop
 from typing import Any
 
 from cassandra import RequestValidationException as _DriverValidationError
@@ -49,7 +53,12 @@ def _resolve(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -
 
 
 def _post(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    """Runs in a driver thread: hand the outcome to the loop."""
+    """Hand the outcome to the loop: at once when the driver's connection is
+    served by that loop itself (``loop_reactor``), else from the driver's
+    thread with ``call_soon_threadsafe``."""
+    if _get_running_loop() is loop:
+        _resolve(fut, result, exc)
+        return
     try:
         loop.call_soon_threadsafe(_resolve, fut, result, exc)
     except RuntimeError:  # loop closed while the request was in flight

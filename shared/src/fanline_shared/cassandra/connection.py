@@ -3,7 +3,10 @@
 * ``connect`` / ``shutdown`` block (TCP handshakes, metadata refresh) and must
   be run with ``asyncio.to_thread`` — ``open_session``/``close_session`` do that;
   ``connect`` raises ``fanline_shared.errors.Unavailable`` if no contact point
-  answers.
+  answers. ``open_session`` has the connections served by the calling event
+  loop (``settings.reactor``, ``loop_reactor``): from then on no blocking
+  driver call (``prepare``, ``Session.execute``, ``set_keyspace``) may run on
+  that loop's thread — its answer could never be read.
 * One execution profile: token-aware routing, ``READ_CL`` reads,
   ``SERIAL_CL`` for lightweight transactions, rows as named tuples with one
   class per column list (``cached_named_tuple_factory``).
@@ -34,6 +37,7 @@ from cassandra.query import _clean_column_name as _clean_name
 from .. import metrics, policies
 from ..config import StorageSettings
 from ..errors import Unavailable
+from .loop_reactor import LoopConnection
 
 Row = Any  # a named tuple built by the driver's row factory
 Params = Sequence[Any] | None
@@ -78,7 +82,7 @@ def cached_named_tuple_factory(colnames: Sequence[str], rows: Sequence[Sequence[
 # --- connecting ---------------------------------------------------------------
 
 
-def connect(settings: StorageSettings) -> Session:
+def connect(settings: StorageSettings, connection_class: type[Any] | None = None) -> Session:
     """Connect to the cluster (blocking: call through ``asyncio.to_thread``).
 
     One execution profile: token-aware routing over DC-aware round robin in the
@@ -90,19 +94,20 @@ def connect(settings: StorageSettings) -> Session:
     starts at its DSE versions and logs a downgrade warning per connection.
     Raise ``Unavailable`` if no contact point answers.
     """
+    connection_class = connection_class or _Connection
     if settings.protocol_version < ProtocolVersion.V5:
-        return _connect(settings, ProtocolVersion.V4)
+        return _connect(settings, ProtocolVersion.V4, connection_class)
     try:
-        return _connect(settings, ProtocolVersion.V5)
+        return _connect(settings, ProtocolVersion.V5, connection_class)
     except _ProtocolTooNew:
-        return _connect(settings, ProtocolVersion.V4)
+        return _connect(settings, ProtocolVersion.V4, connection_class)
 
 
 class _ProtocolTooNew(Exception):
     pass
 
 
-def _connect(settings: StorageSettings, protocol_version: int) -> Session:
+def _connect(settings: StorageSettings, protocol_version: int, connection_class: Any) -> Session:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.local_dc)),
         consistency_level=READ_CL,
@@ -111,8 +116,8 @@ def _connect(settings: StorageSettings, protocol_version: int) -> Session:
         row_factory=cached_named_tuple_factory,
     )
     kwargs: dict[str, Any] = {}
-    if _Connection is not None:
-        kwargs["connection_class"] = _Connection
+    if connection_class is not None:
+        kwargs["connection_class"] = connection_class
     cluster: Cluster | None = None
     try:
         cluster = Cluster(
@@ -177,8 +182,10 @@ def _contact(settings: StorageSettings) -> str:
 
 
 async def open_session(settings: StorageSettings) -> Session:
-    """``connect`` without blocking the event loop."""
-    return await asyncio.to_thread(connect, settings)
+    """``connect`` without blocking the event loop (whose thread serves the
+    connections when ``settings.reactor`` is ``"loop"``)."""
+    loop_class = LoopConnection.for_loop(asyncio.get_running_loop()) if settings.reactor == "loop" else None
+    return await asyncio.to_thread(connect, settings, loop_class)
 
 
 async def close_session(session: Session | None) -> None:
@@ -194,6 +201,10 @@ def prepare(session: Session, cql: str, *, write: bool = False, idempotent: bool
     Writes get ``CONSISTENCY_WRITE``; ``idempotent`` lets the driver retry or
     speculate — leave it False for counters and LWTs.
     """
+    serving = session.cluster.connection_class
+    if issubclass(serving, LoopConnection) and serving.on_loop():
+        # The answer could only be read by this very thread: it would wait forever.
+        raise RuntimeError("prepare blocks: call it through asyncio.to_thread, not on the session's event loop")
     stmt = session.prepare(cql)
     stmt.consistency_level = WRITE_CL if write else READ_CL
     stmt.serial_consistency_level = SERIAL_CL
