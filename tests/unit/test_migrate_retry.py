@@ -88,3 +88,25 @@ async def test_a_stale_peers_view_is_checked_against_each_nodes_own_version() ->
 async def test_nodes_that_really_disagree_are_no_agreement() -> None:
     with pytest.raises(Unavailable, match="no schema agreement on ks"):
         await migrations._agree(lagging_session({"n1": "v2", "n2": "v1"}), "ks")
+
+
+async def test_reading_the_applied_versions_outlasts_a_table_not_yet_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store and its fan-out replica migrating together: the replica read
+    ``schema_migrations`` just as the store created it, and the node
+    answered a server error ("Unknown CF <id>") -- the replica exited at
+    start (a benchmark run, 2026-11-29). The read is retried like DDL."""
+    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001, max_delay_s=0.002))
+    reads = 0
+
+    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+        nonlocal reads
+        if statement.startswith("SELECT version FROM ks.schema_migrations"):
+            reads += 1
+            if reads == 1:
+                raise Unavailable("cassandra: migrate failed: NoHostAvailable: Server error: Unknown CF c04dc034")
+            return [SimpleNamespace(version=1)]
+        return []
+
+    monkeypatch.setattr(migrations, "execute", execute)
+    assert await migrations.schema_version(fake_session(), "ks") == 1
+    assert reads == 2

@@ -165,8 +165,12 @@ async def _applied(session: Session, keyspace: str) -> set[int]:
     # whose own CREATE ... IF NOT EXISTS was a no-op gets no schema event, and
     # its metadata may still lack the table another migrator created -- it
     # then saw nothing applied and ran every migration again.
+    # A table another migrator created a moment ago can be in the schema but
+    # not yet open on the node: the read then fails with a server error
+    # ("Unknown CF <its id>", seen when a store and its fan-out replica
+    # started together), which settles within a moment: retried, as DDL is.
     try:
-        rows = await execute(session, f"SELECT version FROM {keyspace}.schema_migrations", name="migrate")
+        rows = await _with_retry(session, f"SELECT version FROM {keyspace}.schema_migrations")
     except InvalidRequest:  # no such keyspace or table (yet, or dropped since)
         return set()
     return {int(row.version) for row in rows}
