@@ -28,7 +28,6 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from cassandra.query import BatchStatement, BatchType
@@ -37,10 +36,10 @@ from deploy.local.infra import LocalInfra
 from fanline_shared.cassandra import execute
 from fanline_shared.cassandra.connection import prepare
 from fanline_shared.cassandra.keyspace import Keyspace
-from fanline_shared.config import StorageSettings
 from fanline_shared.domain import new_timeuuid
 from fanline_shared.storage_service.schema import Migration
 
+from .context import storage
 from .probes import cpu_clocks
 
 TABLES = [
@@ -123,16 +122,8 @@ async def run_kind(session: Any, make: Callable[[], tuple[Any, Any]], rate: floa
 
 
 async def measure(rate: float, seconds: float, rounds: int) -> None:
-    settings = StorageSettings(
-        backend="cassandra",
-        data_dir=Path("."),
-        cassandra_hosts=tuple(os.environ.get("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",")),
-        cassandra_port=int(os.environ.get("FANLINE_CASSANDRA_PORT", "9042")),
-        keyspace_prefix=f"cqlcost_{secrets.token_hex(3)}",
-        replication_factor=1,
-        local_dc="datacenter1",
-        request_timeout_s=10.0,
-    )
+    # The local engines' settings (FANLINE_CASSANDRA_* from the environment), a keyspace of its own.
+    settings = storage({**os.environ, "FANLINE_KEYSPACE_PREFIX": f"cqlcost_{secrets.token_hex(3)}"})
     keyspace = Keyspace(settings, "owner", [Migration(1, "\n".join(t + ";" for t in TABLES))])
     await keyspace.start()
     pid = LocalInfra().cassandra.pid()

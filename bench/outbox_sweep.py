@@ -25,15 +25,14 @@ import os
 import secrets
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from deploy.local.infra import LocalInfra
 from fanline_shared.cassandra import execute, execute_concurrent
 from fanline_shared.cassandra.keyspace import Keyspace
 from fanline_shared.cassandra.outbox import OUTBOX_SHARDS, outbox_partition
-from fanline_shared.config import StorageSettings
 from fanline_shared.domain import OutboxEvent, new_timeuuid
 
+from .context import storage
 from .probes import cpu_clocks
 
 PER_SHARD_MINUTE = 90
@@ -45,16 +44,8 @@ READ_EVERY_S = 3.0
 
 
 async def measure() -> None:
-    settings = StorageSettings(
-        backend="cassandra",
-        data_dir=Path("."),
-        cassandra_hosts=tuple(os.environ.get("FANLINE_CASSANDRA_HOSTS", "127.0.0.1").split(",")),
-        cassandra_port=int(os.environ.get("FANLINE_CASSANDRA_PORT", "9042")),
-        keyspace_prefix=f"sweep_{secrets.token_hex(3)}",
-        replication_factor=1,
-        local_dc="datacenter1",
-        request_timeout_s=10.0,
-    )
+    # The local engines' settings (FANLINE_CASSANDRA_* from the environment), a keyspace of its own.
+    settings = storage({**os.environ, "FANLINE_KEYSPACE_PREFIX": f"sweep_{secrets.token_hex(3)}"})
     keyspace = Keyspace(settings, "owner", [])
     box = keyspace.outbox()
     await keyspace.start()
