@@ -61,12 +61,9 @@ class _Timer:
         self._callback = callback
         self._cancelled = False
         self._handle: asyncio.TimerHandle | None = None
-        if conn.on_loop():
-            self._handle = conn.loop.call_later(timeout, self._fire)
-        else:
-            conn.call_in_loop(self._arm, timeout)
+        conn.call_in_loop(self._arm)  # at once on the loop's thread
 
-    def _arm(self, timeout: float) -> None:
+    def _arm(self) -> None:
         if not self._cancelled:
             self._handle = self._conn.loop.call_later(max(0.0, self.end - time.time()), self._fire)
 
@@ -80,10 +77,7 @@ class _Timer:
         self._callback = _nothing  # the request it would call back is done: let it go
         handle, self._handle = self._handle, None
         if handle is not None:
-            if self._conn.on_loop():
-                handle.cancel()
-            else:
-                self._conn.call_in_loop(handle.cancel)
+            self._conn.call_in_loop(handle.cancel)
 
 
 class LoopConnection(Connection):  # type: ignore[misc]
@@ -116,7 +110,7 @@ class LoopConnection(Connection):  # type: ignore[misc]
     def call_in_loop(cls, fn: Callable[..., Any], *args: Any) -> bool:
         """Run ``fn(*args)`` on the loop (now, if this is its thread); False if
         the loop is closed."""
-        if threading.get_ident() == cls.loop_thread:
+        if cls.on_loop():
             fn(*args)
             return True
         try:
