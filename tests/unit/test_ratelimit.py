@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import limits
 import limits.aio.storage.memory
 import limits.aio.strategies
 import pytest
@@ -133,3 +134,44 @@ async def test_failures_straddling_the_turn_of_a_window_are_weighed_not_counted(
         await guard.failed(name, "192.0.2.2")
     with pytest.raises(RateLimited):
         await guard.check("b5", "192.0.2.2")
+
+
+async def test_memory_counters_decide_as_the_library_storage_does(clock: Clock) -> None:
+    """``MemoryCounters`` (the default ``memory://``) gives every hit the same
+    verdict and window figures as ``limits``' own in-memory storage, across
+    window turns and an expiry."""
+    item = limits.parse("5 per 10 seconds")
+    ours = limits.aio.strategies.SlidingWindowCounterRateLimiter(ratelimit.MemoryCounters())
+    theirs = limits.aio.strategies.SlidingWindowCounterRateLimiter(limits.aio.storage.memory.MemoryStorage())
+    steps = [0.0, 0.1, 0.2, 1.0, 2.5, 3.0, 9.9, 10.05, 10.1, 11.0, 14.0, 19.99, 20.5, 27.0, 60.0, 60.1]
+    for at in steps:
+        clock.now = 1_800_000_000.0 + at
+        for key in ("a", "b", "a"):
+            assert await ours.hit(item, key) == await theirs.hit(item, key), (at, key)
+            assert await ours.get_window_stats(item, key) == await theirs.get_window_stats(item, key), (at, key)
+
+
+async def test_memory_counters_sweep_expired_keys_now_and_then_not_per_hit(clock: Clock) -> None:
+    """A hit neither starts a task nor visits other keys; keys nobody reads
+    again are dropped by a sweep at most every ``sweep_s``, so the memory
+    stays bounded by the clients of the last few windows."""
+    storage = ratelimit.MemoryCounters(sweep_s=10.0)
+    strategy = limits.aio.strategies.SlidingWindowCounterRateLimiter(storage)
+    item = limits.parse("100 per second")
+    for i in range(50):
+        assert await strategy.hit(item, f"client-{i}")
+    assert storage.timer is None  # the library's per-hit sweep task never ran
+    held = len(storage.storage)
+    assert held == 50
+    clock.now += 5  # expired (2 x the window), but the last sweep is too recent
+    assert await strategy.hit(item, "late")
+    assert len(storage.storage) == held + 1
+    clock.now += 6  # past sweep_s: the next hit sweeps the 50 expired keys
+    assert await strategy.hit(item, "later")
+    assert len(storage.storage) == len(storage.expirations) == 1
+    assert "later" in next(iter(storage.storage))
+
+
+def test_the_default_memory_storage_is_ours() -> None:
+    for env in ({}, {"FANLINE_RATE_LIMIT_STORAGE": "memory://"}, {"FANLINE_RATE_LIMIT_STORAGE": "async+memory://"}):
+        assert isinstance(Limiter(settings(**env))._strategy.storage, ratelimit.MemoryCounters)
