@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 import faust
 import uvloop
@@ -26,6 +27,22 @@ log = logging.getLogger(__name__)
 WAIT_FOR_BROKER = RetryPolicy("wait_for_broker", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 
+class Worker(faust.Worker):
+    """faust's worker without its terminal progress spinner.
+
+    At a log level of WARN or above faust adds a handler that spins the
+    spinner on every log record and sets the *root* logger to DEBUG for it
+    (``faust.Worker._setup_spinner_handler``): every debug and info call of
+    every library, and of ours, then built its record, ran structlog's
+    processors and wrote terminal escape codes to the log, whatever
+    ``FANLINE_LOG_LEVEL`` said. A service's output is its log, not a
+    terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spinner = None
+
+
 def main() -> None:
     settings = Settings.from_env(os.environ)
     log_settings = LogSettings.from_env(Env(os.environ))
@@ -37,7 +54,7 @@ def main() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     # faust (mode) sets logging up again when the worker starts: give it the
     # same structured configuration (a fresh dict: dictConfig consumes it).
-    worker = faust.Worker(
+    worker = Worker(
         app,
         loglevel=log_settings.level.lower(),
         logging_config=logs.logging_config(SERVICE, log_settings.format, log_settings.level),
