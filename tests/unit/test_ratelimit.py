@@ -175,3 +175,12 @@ async def test_memory_counters_sweep_expired_keys_now_and_then_not_per_hit(clock
 def test_the_default_memory_storage_is_ours() -> None:
     for env in ({}, {"FANLINE_RATE_LIMIT_STORAGE": "memory://"}, {"FANLINE_RATE_LIMIT_STORAGE": "async+memory://"}):
         assert isinstance(Limiter(settings(**env))._strategy.storage, ratelimit.MemoryCounters)
+
+
+def test_an_address_counts_the_same_when_its_parse_is_reused() -> None:
+    """``_parse_ip`` and ``_counted_as`` are memoized: the second request from
+    an address gets the same key as the first, v4, v6 /64 and mapped alike."""
+    for peer, key in (("192.0.2.7", "192.0.2.7"), ("2001:db8::1", "2001:db8::/64"), ("::ffff:192.0.2.8", "192.0.2.8")):
+        assert client_address(scope(peer), ()) == key
+        assert client_address(scope(peer), ()) == key
+    assert client_address(scope("not an address"), ()) == "not an address"

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
 import re
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -55,7 +55,8 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """32 random hex digits (a UUID4's bits without building the UUID)."""
+    return os.urandom(16).hex()
 
 
 def valid_request_id(value: str | bytes | None) -> str | None:

@@ -30,6 +30,7 @@ Operations routes, ``/openapi.json`` and ``/static`` are never limited.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import time
@@ -120,6 +121,9 @@ class RateLimitSettings:
 # --- client addresses ------------------------------------------------------------
 
 
+# Parsed once per distinct string: every request parses its peer's address,
+# and a client keeps its address (bounded, so new addresses only evict old).
+@functools.lru_cache(maxsize=65536)
 def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     raw = raw.strip()
     if raw.startswith("[") and "]" in raw:  # [v6]:port
@@ -147,6 +151,12 @@ def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
             peer = ip
             if not any(ip in net for net in trusted):
                 break
+    return _counted_as(peer)
+
+
+@functools.lru_cache(maxsize=65536)
+def _counted_as(peer: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """The key an address is counted under: itself, or its /64 for IPv6."""
     if peer.version == 6:
         if peer.ipv4_mapped is not None:
             return str(peer.ipv4_mapped)

