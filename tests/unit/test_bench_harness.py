@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -317,3 +318,15 @@ def test_a_hop_server_answers_the_services_client(kind: str) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_gateway_cost_tool_drives_the_real_gateway_app() -> None:
+    """``python -m bench.gateway_cost``: both routes answer 200 through every
+    middleware against its canned peer (it exits with the status otherwise),
+    and it prints a CPU figure per route."""
+    run = [sys.executable, "-m", "bench.gateway_cost", "--requests", "60", "--rounds", "1"]
+    out = subprocess.run(run, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = re.findall(r"round 1: (GET \S+)\s+(\d+) µs", out.stdout)
+    assert [route for route, _ in figures] == ["GET /v1/timeline", "GET /v1/users/{username}/tweets"], out.stdout
+    assert all(int(us) > 0 for _, us in figures)
