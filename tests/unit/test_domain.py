@@ -110,3 +110,15 @@ def test_timeuuid_rfc3339_matches_the_datetime_path() -> None:
     assert timeuuid_rfc3339(new_timeuuid(start)) == "2026-11-26T23:59:59.999999Z"
     now = new_timeuuid()
     assert timeuuid_rfc3339(now) == to_rfc3339(timeuuid_time(now))
+
+
+def test_the_sort_key_is_time_then_clock_sequence_then_node_in_hex() -> None:
+    """The key's definition (the SQLite adapters store it): computed from the
+    integer, it must stay exactly this string for every UUID."""
+    import random
+
+    rng = random.Random(31)
+    values = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(2000)]
+    values += [domain.new_timeuuid() for _ in range(200)] + [uuid.UUID(int=0), uuid.UUID(int=2**128 - 1)]
+    for v in values:
+        assert domain.timeuuid_sort_key(v) == f"{v.time:015x}{v.clock_seq:04x}{v.node:012x}"
