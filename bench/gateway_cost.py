@@ -61,30 +61,16 @@ def serve_peer(port: int) -> None:
     """The canned peer: keep-alive HTTP/1.1, an answer per request by path prefix."""
     import uvloop
 
+    from .hop import RawHop
+
     answers = _answers()
 
-    class Peer(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport: Any = transport
-            self.buffer = b""
-
-        def data_received(self, data: bytes) -> None:
-            self.buffer += data
-            while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
-                head, rest = self.buffer[:end], self.buffer[end + 4 :]
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.lower() == b"content-length":
-                        length = int(value)
-                if len(rest) < length:
-                    return
-                self.buffer = rest[length:]
-                path = head.split(b" ", 2)[1]
-                self.transport.write(next(a for prefix, a in answers.items() if path.startswith(prefix)))
+    def answer(head: bytes) -> bytes:
+        path = head.split(b" ", 2)[1]
+        return next(a for prefix, a in answers.items() if path.startswith(prefix))
 
     async def main() -> None:
-        server = await asyncio.get_running_loop().create_server(Peer, "127.0.0.1", port)
+        server = await asyncio.get_running_loop().create_server(lambda: RawHop(answer, bodies=True), "127.0.0.1", port)
         await server.serve_forever()
 
     uvloop.run(main())

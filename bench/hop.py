@@ -15,6 +15,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 BODY = b'{"items":[],"next":null}'
@@ -35,7 +36,16 @@ def starlette_app() -> Any:
 
 
 class RawHop(asyncio.Protocol):
-    """HTTP/1.1 keep-alive, GET only: a fixed answer per request head (no parser)."""
+    """HTTP/1.1 keep-alive: a canned answer per request head (no parser).
+
+    By default GET only with the fixed ``RAW_ANSWER`` (the hop floor's
+    server). ``answer`` picks the answer from the request head instead, and
+    ``bodies`` skips each request's ``Content-Length`` bytes
+    (``bench.gateway_cost``'s peer)."""
+
+    def __init__(self, answer: Callable[[bytes], bytes] | None = None, *, bodies: bool = False) -> None:
+        self.answer = answer
+        self.bodies = bodies
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport: Any = transport
@@ -44,8 +54,20 @@ class RawHop(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
-            self.buffer = self.buffer[end + 4 :]
-            self.transport.write(RAW_ANSWER)
+            head, rest = self.buffer[:end], self.buffer[end + 4 :]
+            length = _content_length(head) if self.bodies else 0
+            if len(rest) < length:
+                return  # the rest of the body is still on its way
+            self.buffer = rest[length:]
+            self.transport.write(RAW_ANSWER if self.answer is None else self.answer(head))
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
 
 
 def serve(kind: str, port: int) -> None:
