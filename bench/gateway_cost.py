@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+
+from deploy.local.system import free_port
+
+from .system import wait_ready
 
 PAGE_TWEETS = 20
 TOKEN = "alice.bench-gateway-cost-token-0123456789"
@@ -76,12 +79,6 @@ def serve_peer(port: int) -> None:
     uvloop.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def measure(requests: int, rounds: int, peer_port: int) -> None:
     from fanline_api.app import create_app
     from fanline_api.config import Settings
@@ -93,7 +90,7 @@ async def measure(requests: int, rounds: int, peer_port: int) -> None:
         "FANLINE_INTERNAL_TOKEN": "bench-gateway-cost-internal-token",
         "FANLINE_SOCIAL_GRAPH_URL": f"http://127.0.0.1:{peer_port}",
         "FANLINE_TWEET_STORE_URL": f"http://127.0.0.1:{peer_port}",
-        "FANLINE_KAFKA_BOOTSTRAP": f"127.0.0.1:{_free_port()}",  # nothing there: no event is produced
+        "FANLINE_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port('127.0.0.1')}",  # nothing there: no event is produced
         "FANLINE_LOG_LEVEL": "WARNING",
         "FANLINE_CURSOR_SECRET": "bench-gateway-cost-cursor-secret",
         # The limits stay on (their cost is measured), far above the load, as in make bench.
@@ -174,15 +171,10 @@ def main() -> None:
         return
     import uvloop
 
-    port = _free_port()
+    port = free_port("127.0.0.1")
     peer = subprocess.Popen([sys.executable, "-m", "bench.gateway_cost", "--serve-peer", str(port)])
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_ready(f"http://127.0.0.1:{port}/", peer, 20, "the canned peer")  # it answers any path
         uvloop.run(measure(args.requests, args.rounds, port))
     finally:
         peer.terminate()

@@ -225,7 +225,7 @@ class System:
         first = self._broker_port is None
         while True:
             if first and not _port_free("127.0.0.1", self.broker_port):
-                self._broker_port = _free_port("127.0.0.1")
+                self._broker_port = free_port("127.0.0.1")
             self._broker_port = port = self.broker_port
             listener = f"tcp://127.0.0.1:{port}"
             self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener])
@@ -382,7 +382,7 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     """A port nothing holds now, picked by the kernel."""
     with socket.socket() as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

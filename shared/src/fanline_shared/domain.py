@@ -155,8 +155,8 @@ def timeuuid_sort_key(value: uuid.UUID) -> str:
     # integer once instead of through six UUID properties (0.7 against 1.3
     # µs; home pages sort and compare ids by it).
     i = value.int
-    time = ((i >> 64) & 0x0FFF) << 48 | ((i >> 80) & 0xFFFF) << 32 | i >> 96
-    return f"{time:015x}{i & 0x3FFF_FFFF_FFFF_FFFF:016x}"
+    ticks = ((i >> 64) & 0x0FFF) << 48 | ((i >> 80) & 0xFFFF) << 32 | i >> 96
+    return f"{ticks:015x}{i & 0x3FFF_FFFF_FFFF_FFFF:016x}"
 
 
 def parse_tweet_id(raw: str) -> uuid.UUID | None:

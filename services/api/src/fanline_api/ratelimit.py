@@ -121,9 +121,6 @@ class RateLimitSettings:
 # --- client addresses ------------------------------------------------------------
 
 
-# Parsed once per distinct string: every request parses its peer's address,
-# and a client keeps its address (bounded, so new addresses only evict old).
-@functools.lru_cache(maxsize=65536)
 def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     raw = raw.strip()
     if raw.startswith("[") and "]" in raw:  # [v6]:port
@@ -136,10 +133,16 @@ def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
+# The socket peer's address, parsed once per distinct string: every request
+# parses it and a client keeps its address (bounded, so new addresses only
+# evict old). X-Forwarded-For hops are client text and are not cached.
+_peer_ip = functools.lru_cache(maxsize=65536)(_parse_ip)
+
+
 def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
     """The address a request is counted under (see the module docstring)."""
     peer_raw = (scope.get("client") or ("unknown", 0))[0]
-    peer = _parse_ip(str(peer_raw))
+    peer = _peer_ip(str(peer_raw))
     if peer is None:
         return str(peer_raw)
     if trusted and any(peer in net for net in trusted):
