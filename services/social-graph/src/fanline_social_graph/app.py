@@ -193,18 +193,20 @@ def create_app(settings: Settings, storage: SocialGraphStorage | None = None) ->
         return handler
 
     routes = [
+        # Starlette tries routes in order: the hottest first (session checks, the
+        # fan-out's follower pages and reconciles; a miss costs a regex match).
+        route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
+        route(SERVICE, "/internal/users/{username}/followers-active", edges_handler("followers-active"), ["GET"]),
+        route(SERVICE, "/internal/users/{username}/following/{target}/reconcile", reconcile, ["POST"]),
         route(SERVICE, "/internal/users", create_user, ["POST"]),
         route(SERVICE, "/internal/users", list_users, ["GET"]),
         route(SERVICE, "/internal/users/{username}", get_user, ["GET"]),
         route(SERVICE, "/internal/users/{username}/following", edges_handler("following"), ["GET"]),
         route(SERVICE, "/internal/users/{username}/followers", edges_handler("followers"), ["GET"]),
-        route(SERVICE, "/internal/users/{username}/followers-active", edges_handler("followers-active"), ["GET"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", follow, ["PUT"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", unfollow, ["DELETE"]),
         route(SERVICE, "/internal/users/{username}/following/{target}", is_following, ["GET"]),
-        route(SERVICE, "/internal/users/{username}/following/{target}/reconcile", reconcile, ["POST"]),
         route(SERVICE, "/internal/sessions", login, ["POST"]),
-        route(SERVICE, "/internal/sessions/current", current_session, ["GET"]),
         route(SERVICE, "/internal/sessions/current", logout, ["DELETE"]),
         route(SERVICE, "/internal/accounts", accounts, ["GET"]),
         route(SERVICE, "/internal/relationships", relationships, ["POST"]),
