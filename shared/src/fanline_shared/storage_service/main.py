@@ -15,9 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from .. import driver_sources
 from ..http_server import configure_logging, serve
 from .settings import StorageServiceSettings
 from .storage import ServiceStorage
+
+# Each service's entry point imports this module before its app, so this runs
+# before anything imports cassandra-driver (fanline_shared.driver_sources).
+driver_sources.prefer_sources()
 
 C = TypeVar("C", bound=StorageServiceSettings)
 
