@@ -76,11 +76,11 @@ def serve(kind: str, port: int) -> None:
     if kind == "starlette":
         import uvicorn
 
-        from fanline_shared.http_server import UVICORN_SETTINGS
+        from fanline_shared.http_server import UVICORN_SETTINGS, Server
 
-        # The services' own server settings (fanline_shared.http_server.serve), less the
+        # The services' own server and settings (fanline_shared.http_server.serve), less the
         # lifespan and the metrics port.
-        uvicorn.run(starlette_app(), host="127.0.0.1", port=port, lifespan="off", **UVICORN_SETTINGS)
+        Server(uvicorn.Config(starlette_app(), host="127.0.0.1", port=port, lifespan="off", **UVICORN_SETTINGS)).run()
         return
     if kind != "raw":
         raise SystemExit(f"unknown server {kind!r}")
