@@ -20,6 +20,7 @@ and build, alternating, so the two are compared on the same machine state.
     python -m bench.cql_cost               # single-node engines (make infra-up)
     python -m bench.cql_cost --rate 100 --seconds 20 --rounds 2
     python -m bench.cql_cost --driver both --rounds 3
+    python -m bench.cql_cost --rate 0     # one statement after another: no pacing
 
 Reads are served from memtables and a few small SSTables: what a short
 benchmark run sees too, not a node with gigabytes on disk.
@@ -39,7 +40,7 @@ BUILDS = ("sources", "compiled")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=200.0, help="statements per second of each kind")
+    parser.add_argument("--rate", type=float, default=200.0, help="statements per second of each kind (0: one after another)")
     parser.add_argument("--seconds", type=float, default=15.0, help="how long each kind runs")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--driver", choices=(*BUILDS, "both"), default="sources", help="cassandra-driver's build")

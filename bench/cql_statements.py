@@ -89,9 +89,17 @@ class Statements:
 
 
 async def run_kind(session: Any, make: Callable[[], tuple[Any, Any]], rate: float, seconds: float) -> tuple[int, float]:
-    """Send ``rate``/s of one kind for ``seconds``, open loop; (statements, elapsed s)."""
-    n = int(rate * seconds)
+    """Send ``rate``/s of one kind for ``seconds``, open loop; (statements, elapsed s).
+    ``rate`` 0: one after another, each awaited, for ``seconds`` (no pacing, warm loop)."""
     started = time.monotonic()
+    if rate <= 0:
+        n = 0
+        while time.monotonic() - started < seconds:
+            statement, params = make()
+            await execute(session, statement, params, name="bench_cql_cost")
+            n += 1
+        return n, time.monotonic() - started
+    n = int(rate * seconds)
     tasks = []
     for k in range(n):
         delay = started + k / rate - time.monotonic()
@@ -123,7 +131,8 @@ async def measure(rate: float, seconds: float, rounds: int, label: str = "") -> 
         st.ids = [r.tweet_id for r in await execute(session, f"SELECT tweet_id FROM {keyspace.name}.tweets LIMIT 2000", name="t")]
         for make in kinds.values():  # warm-up: the JIT and the driver's paths
             await run_kind(session, make, rate, 3.0)
-        print(f"Cassandra and client CPU per statement, each kind alone at {rate:g}/s for {seconds:g} s ({rounds} rounds){label}")
+        pace = f"at {rate:g}/s" if rate > 0 else "one after another"
+        print(f"Cassandra and client CPU per statement, each kind alone {pace} for {seconds:g} s ({rounds} rounds){label}")
         for round_no in range(1, rounds + 1):
             before = cpu_clocks({"cassandra": pid})["cassandra"]
             await asyncio.sleep(seconds)

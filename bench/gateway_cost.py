@@ -10,8 +10,14 @@ system. What it prints is CPU per request of this process only, back to back
 (warm caches): the floor under the gateway's share of ``mixed``, where each
 request also wakes a sleeping process and passes uvicorn.
 
+``--rate`` sends the same requests one at a time at that rate instead, the
+process asleep in between, as at the standard mix's 60/s: the difference to
+back to back is what the same code costs more when each request starts on a
+loop that has to be woken, with caches that other processes have cooled.
+
     python -m bench.gateway_cost                 # 3,000 requests per route, 3 rounds
     python -m bench.gateway_cost --requests 20000 --rounds 1
+    python -m bench.gateway_cost --requests 600 --rate 30
 """
 
 from __future__ import annotations
@@ -79,7 +85,7 @@ def serve_peer(port: int) -> None:
     uvloop.run(main())
 
 
-async def measure(requests: int, rounds: int, peer_port: int) -> None:
+async def measure(requests: int, rounds: int, peer_port: int, rate: float = 0.0) -> None:
     from fanline_api.app import create_app
     from fanline_api.config import Settings
     from fanline_shared import logs
@@ -148,15 +154,26 @@ async def measure(requests: int, rounds: int, peer_port: int) -> None:
         return once
 
     routes = {"GET /v1/timeline": request("/v1/timeline"), "GET /v1/users/{username}/tweets": request("/v1/users/bob/tweets")}
-    print(f"the gateway's CPU per request in this process ({requests:,} back to back per route, {PAGE_TWEETS} tweets a page)")
+    pace = f"one at a time at {rate:g}/s" if rate > 0 else "back to back"
+    print(f"the gateway's CPU per request in this process ({requests:,} {pace} per route, {PAGE_TWEETS} tweets a page)")
+    # The app's background tasks (the relay's sweeps, the tap's reconnects to the absent broker)
+    # cost CPU per second, not per request: measured alone first, subtracted from paced rounds.
+    cpu, began = time.process_time(), time.monotonic()
+    await asyncio.sleep(10.0 if rate > 0 else 0.0)
+    background = (time.process_time() - cpu) / max(time.monotonic() - began, 1e-9) if rate > 0 else 0.0
+    if rate > 0:
+        print(f"  background, no requests: {background * 100:.2f} % of a core (subtracted below)")
     for round_no in range(1, rounds + 1):
         for name, once in routes.items():
             for _ in range(min(500, requests)):
                 await once()  # warm-up: connections, caches
-            cpu = time.process_time()
-            for _ in range(requests):
+            cpu, began = time.process_time(), time.monotonic()
+            for k in range(requests):
+                if rate > 0 and (delay := began + k / rate - time.monotonic()) > 0:
+                    await asyncio.sleep(delay)
                 await once()
-            print(f"  round {round_no}: {name:32s} {(time.process_time() - cpu) / requests * 1e6:5.0f} µs")
+            used = time.process_time() - cpu - background * (time.monotonic() - began)
+            print(f"  round {round_no}: {name:32s} {used / requests * 1e6:5.0f} µs")
     lifespan.cancel()
 
 
@@ -164,6 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.gateway_cost", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=0.0, help="requests per second, one at a time (0: back to back)")
     parser.add_argument("--serve-peer", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_peer:
@@ -175,7 +193,7 @@ def main() -> None:
     peer = subprocess.Popen([sys.executable, "-m", "bench.gateway_cost", "--serve-peer", str(port)])
     try:
         wait_ready(f"http://127.0.0.1:{port}/", peer, 20, "the canned peer")  # it answers any path
-        uvloop.run(measure(args.requests, args.rounds, port))
+        uvloop.run(measure(args.requests, args.rounds, port, args.rate))
     finally:
         peer.terminate()
         peer.wait()
