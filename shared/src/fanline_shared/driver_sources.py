@@ -30,8 +30,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-# The request path: building, sending and completing a statement. Each was
-# measured faster from source (``bench.cql_cost --driver both``).
+# The request path: building, sending and completing a statement. Measured as
+# one set against the wheel's builds (``bench.cql_cost --driver both``, and
+# alternating ``mixed`` runs), not module by module.
 SOURCE_MODULES = frozenset(
     f"cassandra.{name}"
     for name in ("cluster", "concurrent", "connection", "cqltypes", "metadata", "pool", "protocol", "query", "util")
