@@ -54,6 +54,18 @@ def test_stdlib_and_structlog_lines_are_json_with_the_bound_request_id(captured)
     assert "request_id" not in third
 
 
+def test_a_hosted_services_lines_name_it(captured, monkeypatch):
+    # One process for the gateway and the stores (fanline_shared.colocation).
+    monkeypatch.setattr(logs, "_HOSTED_PACKAGES", {})
+    logs.name_hosted_package("fanline_tweet_store", "tweet-store")
+    logging.getLogger("fanline_tweet_store.app").warning("stored")
+    logs.get_logger("fanline_tweet_store.home_writes").info("home.rows_written", rows=2)
+    logging.getLogger("fanline_api.gateway").warning("posted")
+    stored, written, posted = lines(captured)
+    assert stored["service"] == "tweet-store" and written["service"] == "tweet-store"
+    assert posted["service"] == "test-service"
+
+
 def test_console_format_and_bad_settings():
     assert "request_id=r1" in _render_console()
     assert LogSettings.from_env(Env({})) == LogSettings("INFO", "json")

@@ -28,7 +28,7 @@ async def test_the_hook_runs_when_startup_completes_and_not_before() -> None:
     async def send(message: Any) -> None:
         sent.append(message["type"])
 
-    await http_server._AfterStartup(app, lambda: calls.append("hook"))({"type": "lifespan"}, receive, send)
+    await http_server.AfterStartup(app, lambda: calls.append("hook"))({"type": "lifespan"}, receive, send)
     assert calls == ["startup", "hook"]
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
 
@@ -39,7 +39,7 @@ async def test_requests_pass_through_untouched() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["type"])
 
-    await http_server._AfterStartup(app, lambda: seen.append("hook"))({"type": "http"}, None, None)
+    await http_server.AfterStartup(app, lambda: seen.append("hook"))({"type": "http"}, None, None)
     assert seen == ["http"]
 
 

@@ -46,7 +46,7 @@ def tune_gc_after_startup() -> None:
     gc.freeze()
 
 
-class _AfterStartup:
+class AfterStartup:
     """ASGI wrapper: runs ``hook`` once the app's lifespan start-up completed
     (clients connected, statements prepared), before the first request."""
 
@@ -167,7 +167,7 @@ def serve(app: Any, http: HttpSettings, service: str) -> None:
     sockets = [bind(http.host, http.port), bind(http.host, http.metrics_port)]
     metrics_port = sockets[1].getsockname()[1]
     config = uvicorn.Config(
-        _AfterStartup(MetricsPort(app, metrics_port), tune_gc_after_startup),
+        AfterStartup(MetricsPort(app, metrics_port), tune_gc_after_startup),
         host=http.host,
         port=http.port,
         timeout_graceful_shutdown=10,

@@ -164,8 +164,22 @@ def _identity(_logger: Any, _name: str, event: Any) -> Any:
     return event
 
 
+# Package -> service, in a process that hosts several (fanline_shared.colocation):
+# a line logged by ``fanline_tweet_store.app`` says ``tweet-store`` there too.
+_HOSTED_PACKAGES: dict[str, str] = {}
+
+
+def name_hosted_package(package: str, service: str) -> None:
+    """Lines logged by ``package``'s modules are ``service``'s."""
+    _HOSTED_PACKAGES[package] = service
+
+
 def _pre_chain(service: str | None) -> list[Any]:
     def add_service(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+        if _HOSTED_PACKAGES:
+            package = str(event.get("logger", "")).partition(".")[0]
+            if package in _HOSTED_PACKAGES:
+                event.setdefault("service", _HOSTED_PACKAGES[package])
         if service is not None:
             event.setdefault("service", service)
         return event
