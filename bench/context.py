@@ -75,6 +75,7 @@ class Ctx:
         self.env = self.system_env(self.tag) | dict(item.split("=", 1) for item in args.env)
         self.system = BenchSystem(self.tmp / "data", args.base_port, self.infra.kafka_bootstrap, "cassandra", self.env, self.logs)
         self.system.fanout_replica, self.system.background_nice = args.fanout_replica, args.background_nice
+        self.system.colocate = args.colocate
         self.api = self.system.url("api")
         self.http = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=200, max_keepalive_connections=200))
         self.session: Any = None
@@ -112,7 +113,8 @@ class Ctx:
             self.rec.add(META, "version", v, component=component)
         for field, value in probes.machine().items():
             self.rec.add(META, "machine", value, field=field)
-        self.rec.add(META, "deployment", f"fan-out replicas {self.args.fanout_replica}, nice {self.args.background_nice}")
+        deployment = f"fan-out replicas {self.args.fanout_replica}, nice {self.args.background_nice}"
+        self.rec.add(META, "deployment", deployment + (", stores in the gateway's process" if self.args.colocate else ""))
         self.rec.add(META, "experiment", " ".join(self.args.env) or None)
         # The engines' timer slack (deploy/local/infra engine.timer_slack) moves their CPU per request 3x.
         for engine in ("cassandra", "kafka"):

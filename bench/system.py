@@ -66,9 +66,9 @@ class BenchSystem(System):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.check_ports_free()
         try:
-            for name in (core := tuple(n for n in self.services() if n != WORKER)):
+            for name in tuple(n for n in self.services() if n != WORKER):
                 self.start_service(name)
-            self.wait_ready(180, services=core)
+            self.wait_ready(180, services=tuple(n for n in self.serving() if n != WORKER))
         except BaseException:
             self.stop()
             raise

@@ -45,6 +45,9 @@ FANOUT_REPLICAS = {
     FANOUT_GRAPH_REPLICA: ("social-graph", 4, "FANLINE_SOCIAL_GRAPH_URL", "FANLINE_SOCIAL_GRAPH_PORT"),
     FANOUT_REPLICA: ("tweet-store", 5, "FANLINE_TWEET_STORE_URL", "FANLINE_TWEET_STORE_PORT"),
 }
+# The storage services the gateway process hosts with ``colocate``
+# (FANLINE_HOSTED_SERVICES, fanline_shared.colocation), each on its own port.
+HOSTED = ("social-graph", "tweet-store")
 # Every process serves /metrics on its port + this, and only there
 # (fanline_shared.config.METRICS_PORT_OFFSET; the services' default).
 METRICS_PORT_OFFSET = 50
@@ -109,6 +112,11 @@ class System:
     # them, and the fan-out takes what is left. The gateway keeps its own.
     fanout_replica: bool = False
     background_nice: int = 0
+    # One process for the gateway and the storage services (``HOSTED``): each
+    # still on its own port, the gateway's calls to them in the process
+    # (docs/operations/scale.md, "One process or one per service"). The
+    # fan-out worker (and its replicas) stay processes of their own.
+    colocate: bool = False
     # The embedded broker's port once started (``start_broker``); kept for its restarts.
     _broker_port: int | None = field(default=None, init=False, repr=False)
 
@@ -130,6 +138,8 @@ class System:
     def role_env(self, name: str) -> dict[str, str]:
         """Environment of one process on top of the system's (below any
         explicit override): the workers call the fan-out replicas."""
+        if self.colocate and name == "api":
+            return {"FANLINE_HOSTED_SERVICES": ",".join(HOSTED)}
         if self.fanout_replica and name.startswith("fanout-worker"):
             return {url_var: self.url(replica) for replica, (_, _, url_var, _) in FANOUT_REPLICAS.items()}
         if name in FANOUT_REPLICAS:
@@ -242,10 +252,19 @@ class System:
         self._spawn(name, [self.python, "-m", MODULES[FANOUT_REPLICAS[name][0] if name in FANOUT_REPLICAS else name]])
 
     def services(self) -> tuple[str, ...]:
-        """What ``start`` starts, in order (the fan-out replica before the worker)."""
+        """The processes ``start`` starts, in order (the fan-out replica before the worker)."""
+        core = ("api", "fanout-worker") if self.colocate else SERVICES
         if not self.fanout_replica:
-            return SERVICES
-        return ("social-graph", "tweet-store", *FANOUT_REPLICAS, "api", "fanout-worker")
+            return core
+        return (*(n for n in core if n in HOSTED), *FANOUT_REPLICAS, "api", "fanout-worker")
+
+    def serving(self) -> tuple[str, ...]:
+        """The services that answer on a port once started (``services``, and with ``colocate`` the hosted ones)."""
+        return (*HOSTED, *self.services()) if self.colocate else self.services()
+
+    def process_of(self, name: str) -> str:
+        """The process serving ``name`` (with ``colocate``, the gateway's for ``HOSTED``)."""
+        return "api" if self.colocate and name in HOSTED else name
 
     def replica_url(self, index: int) -> str:
         """Gateway replica ``index`` (1, 2, ...) listens on base + 5 + index."""
@@ -318,7 +337,7 @@ class System:
             self.start_broker()
             for name in self.services():
                 self.start_service(name)
-            self.wait_ready(timeout, services=self.services())
+            self.wait_ready(timeout, services=self.serving())
         except BaseException:
             self.stop()
             raise
@@ -327,7 +346,7 @@ class System:
         deadline = time.monotonic() + timeout
         for name in services:
             while True:
-                proc = self.procs.get(name)
+                proc = self.procs.get(self.process_of(name))
                 if proc is not None and proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
                 if http_ok(self.url(name) + "/readyz"):

@@ -42,6 +42,13 @@ def main() -> int:
         help="a social-graph and a tweet-store replica (base+4, base+5) only the fan-out worker calls",
     )
     parser.add_argument(
+        "--colocate",
+        action="store_true",
+        default=os.environ.get("FANLINE_COLOCATE", "") not in ("", "0", "false"),
+        help="run social-graph and tweet-store inside the gateway's process, each on its own port "
+        "(FANLINE_COLOCATE=1; docs/operations/scale.md)",
+    )
+    parser.add_argument(
         "--background-nice",
         type=int,
         default=0,
@@ -62,12 +69,17 @@ def main() -> int:
             extra_env={"FANLINE_KAFKA_IDEMPOTENCE": os.environ.get("FANLINE_KAFKA_IDEMPOTENCE", "true"), **console},
             fanout_replica=args.fanout_replica,
             background_nice=args.background_nice,
+            colocate=args.colocate,
         )
     else:
         if args.fanout_replica:
             parser.error("--fanout-replica needs --real (the embedded SQLite stores are not shared between processes)")
         system = System(
-            data_dir=Path(args.data_dir), base_port=args.base_port, extra_env=console, background_nice=args.background_nice
+            data_dir=Path(args.data_dir),
+            base_port=args.base_port,
+            extra_env=console,
+            background_nice=args.background_nice,
+            colocate=args.colocate,
         )
 
     stopping = False

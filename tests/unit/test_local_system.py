@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.local.system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, SERVICES, System, child_setup
+from deploy.local.system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, FANOUT_REPLICAS, HOSTED, SERVICES, System, child_setup
 
 
 def test_default_system_is_unchanged(tmp_path: Path) -> None:
@@ -44,6 +44,19 @@ def test_fanout_replica_takes_the_workers_writes(tmp_path: Path) -> None:
     assert system.role_env("api") == {} and system.nice_of("api") == 0
     assert system.nice_of("tweet-store") == 0 and system.nice_of(FANOUT_REPLICA) == 10
     assert system.nice_of("social-graph") == 0 and system.nice_of(FANOUT_GRAPH_REPLICA) == 10
+
+
+def test_colocate_runs_the_stores_in_the_gateways_process(tmp_path: Path) -> None:
+    system = System(data_dir=tmp_path, base_port=9000, colocate=True)
+    assert system.services() == ("api", "fanout-worker")  # two processes
+    assert system.serving() == (*HOSTED, "api", "fanout-worker")  # four services answering on their ports
+    assert system.ports["tweet-store"] == 9002 and system.url("social-graph") == "http://127.0.0.1:9001"
+    assert system.role_env("api") == {"FANLINE_HOSTED_SERVICES": "social-graph,tweet-store"}
+    assert system.process_of("tweet-store") == "api" and system.process_of("fanout-worker") == "fanout-worker"
+    # The worker still reaches the stores at their addresses (in the gateway's process).
+    assert system.env()["FANLINE_TWEET_STORE_URL"] == "http://127.0.0.1:9002"
+    with_replicas = System(data_dir=tmp_path, backend="cassandra", colocate=True, fanout_replica=True)
+    assert with_replicas.services() == (*FANOUT_REPLICAS, "api", "fanout-worker")
 
 
 def test_background_nice_without_replica_lowers_the_worker_only(tmp_path: Path) -> None:
