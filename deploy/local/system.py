@@ -114,8 +114,9 @@ class System:
     background_nice: int = 0
     # One process for the gateway and the storage services (``HOSTED``): each
     # still on its own port, the gateway's calls to them in the process
-    # (docs/operations/scale.md, "One process or one per service"). The
-    # fan-out worker (and its replicas) stay processes of their own.
+    # (docs/operations/scale.md, "One process or one per service"). With
+    # ``fanout_replica`` too, the worker runs its replicas in its own
+    # process (no ports): two processes in all.
     colocate: bool = False
     # The embedded broker's port once started (``start_broker``); kept for its restarts.
     _broker_port: int | None = field(default=None, init=False, repr=False)
@@ -138,7 +139,7 @@ class System:
     def role_env(self, name: str) -> dict[str, str]:
         """Environment of one process on top of the system's (below any
         explicit override): the workers call the fan-out replicas."""
-        if self.colocate and name == "api":
+        if self.colocate and (name == "api" or (self.fanout_replica and name.startswith("fanout-worker"))):
             return {"FANLINE_HOSTED_SERVICES": ",".join(HOSTED)}
         if self.fanout_replica and name.startswith("fanout-worker"):
             return {url_var: self.url(replica) for replica, (_, _, url_var, _) in FANOUT_REPLICAS.items()}
@@ -253,10 +254,11 @@ class System:
 
     def services(self) -> tuple[str, ...]:
         """The processes ``start`` starts, in order (the fan-out replica before the worker)."""
-        core = ("api", "fanout-worker") if self.colocate else SERVICES
+        if self.colocate:
+            return ("api", "fanout-worker")
         if not self.fanout_replica:
-            return core
-        return (*(n for n in core if n in HOSTED), *FANOUT_REPLICAS, "api", "fanout-worker")
+            return SERVICES
+        return ("social-graph", "tweet-store", *FANOUT_REPLICAS, "api", "fanout-worker")
 
     def serving(self) -> tuple[str, ...]:
         """The services that answer on a port once started (``services``, and with ``colocate`` the hosted ones)."""

@@ -28,11 +28,21 @@ from .conftest import make_system
 pytestmark = [pytest.mark.e2e]
 
 
-@pytest.fixture(scope="module", params=["embedded", pytest.param("real", marks=pytest.mark.real_infra)])
+@pytest.fixture(
+    scope="module",
+    params=[
+        "embedded",
+        pytest.param("real", marks=pytest.mark.real_infra),
+        # The worker with its fan-out replicas in its own process: two processes in all.
+        pytest.param("real-replicas", marks=pytest.mark.real_infra),
+    ],
+)
 def colocated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
-    infra = request.getfixturevalue("real_infra") if request.param == "real" else None
-    system = make_system(request.param, 18700 if request.param == "embedded" else 28700, tmp_path_factory.mktemp("colo"), infra)
-    system.colocate = True
+    kind = request.param.partition("-")[0]
+    infra = request.getfixturevalue("real_infra") if kind == "real" else None
+    port = {"embedded": 18700, "real": 28700, "real-replicas": 28750}[request.param]
+    system = make_system(kind, port, tmp_path_factory.mktemp("colo"), infra)
+    system.colocate, system.fanout_replica = True, request.param.endswith("replicas")
     system.start(timeout=180)
     yield system
     system.stop()
@@ -90,6 +100,10 @@ def test_a_post_reaches_a_followers_home_and_the_calls_stay_in_the_process(coloc
         assert _peer_calls(colocated) > calls  # the gateway did call the stores ...
         stores = {colocated.ports[name] for name in HOSTED}
         assert _stores_connections(colocated.procs["api"].pid, stores) == []  # ... not over a socket
+        if colocated.fanout_replica:  # the worker wrote the home row through the stores in its own process
+            assert _stores_connections(colocated.procs["fanout-worker"].pid, stores) == []
+            worker_metrics = httpx.get(colocated.metrics_url("fanout-worker"), timeout=5).text
+            assert 'fanline_http_requests_total{method="POST",route="/internal/home/add",service="tweet-store"' in worker_metrics
         # Errors cross the in-process boundary as they cross a socket.
         missing = api.request("GET", "/v1/tweets/00000000-0000-1000-8000-000000000000")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "tweet_not_found"

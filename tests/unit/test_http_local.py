@@ -171,3 +171,42 @@ def test_hosted_services_setting() -> None:
     assert settings({"FANLINE_HOSTED_SERVICES": "tweet-store, social-graph"}).hosted_services == ("social-graph", "tweet-store")
     with pytest.raises(ConfigError, match="fanout-worker cannot be hosted"):
         settings({"FANLINE_HOSTED_SERVICES": "tweet-store,fanout-worker"})
+
+
+async def test_hosting_runs_each_lifespan_in_order_and_stops_them_in_reverse() -> None:
+    from contextlib import asynccontextmanager
+
+    from fanline_shared.colocation import Hosting, Part
+    from fanline_shared.config import HttpSettings
+
+    seen: list[str] = []
+
+    def store(name: str, fail: bool = False) -> Part:
+        @asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[dict[str, str]]:
+            if fail:
+                raise RuntimeError(f"{name} cannot reach its storage")
+            seen.append(f"start {name}")
+            yield {"from_lifespan": name}
+            seen.append(f"stop {name}")
+
+        app = Starlette(routes=[Route("/echo/{rest:path}", echo)], lifespan=lifespan)
+        return Part(name, app, HttpSettings(host="127.0.0.1", port=9, metrics_port=0))
+
+    hosting = Hosting([store("social-graph"), store("tweet-store")])
+    await hosting.start()
+    try:
+        assert seen == ["start social-graph", "start tweet-store"]
+        got = await client().call("GET", "/echo/x", operation="echo")  # the hosted tweet-store, with its lifespan's state
+        assert got["state"] == "tweet-store"
+    finally:
+        await hosting.stop()
+    assert seen[2:] == ["stop tweet-store", "stop social-graph"]
+    assert http_local.hosted("tweet-store") is None
+
+    seen.clear()
+    broken = Hosting([store("social-graph"), store("tweet-store", fail=True)])
+    with pytest.raises(RuntimeError, match="cannot reach its storage"):
+        await broken.start()
+    assert seen == ["start social-graph", "stop social-graph"]  # what had started is stopped
+    assert http_local.hosted("social-graph") is None

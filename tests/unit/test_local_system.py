@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from deploy.local.system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, FANOUT_REPLICAS, HOSTED, SERVICES, System, child_setup
+from deploy.local.system import FANOUT_GRAPH_REPLICA, FANOUT_REPLICA, HOSTED, SERVICES, System, child_setup
 
 
 def test_default_system_is_unchanged(tmp_path: Path) -> None:
@@ -55,8 +55,12 @@ def test_colocate_runs_the_stores_in_the_gateways_process(tmp_path: Path) -> Non
     assert system.process_of("tweet-store") == "api" and system.process_of("fanout-worker") == "fanout-worker"
     # The worker still reaches the stores at their addresses (in the gateway's process).
     assert system.env()["FANLINE_TWEET_STORE_URL"] == "http://127.0.0.1:9002"
-    with_replicas = System(data_dir=tmp_path, backend="cassandra", colocate=True, fanout_replica=True)
-    assert with_replicas.services() == (*FANOUT_REPLICAS, "api", "fanout-worker")
+    assert system.role_env("fanout-worker") == {}  # it calls the gateway's process
+    # With replicas for the fan-out, the worker runs them in its own process.
+    with_replicas = System(data_dir=tmp_path, backend="cassandra", colocate=True, fanout_replica=True, background_nice=10)
+    assert with_replicas.services() == ("api", "fanout-worker")
+    assert with_replicas.role_env("fanout-worker") == {"FANLINE_HOSTED_SERVICES": "social-graph,tweet-store"}
+    assert with_replicas.nice_of("fanout-worker") == 10 and with_replicas.nice_of("api") == 0
 
 
 def test_background_nice_without_replica_lowers_the_worker_only(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Several services in one process: the gateway with the storage services it
 hosts (``FANLINE_HOSTED_SERVICES``; docs/operations/scale.md, "One process
-or one per service").
+or one per service"), or the fan-out worker with the stores it writes
+through (``Hosting``: no ports, the role of its fan-out replicas).
 
 Each service keeps everything it has as a process of its own: its settings,
 its composition root and lifespan (its storage, its outbox relay), its port
@@ -25,21 +26,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 import uvloop
 
-from . import http_local
-from .config import HttpSettings
+from . import http_local, logs
+from .config import ConfigError, Env, HttpSettings
 from .http_server import UVICORN_SETTINGS, AfterStartup, MetricsPort, Server, bind, configure_logging, tune_gc_after_startup
 
 log = logging.getLogger(__name__)
+
+# The storage services a process may host, in start order, and their entry
+# points (each names its ``SERVICE``, a ``StorageService``): imported by name,
+# so this library depends on no service.
+ENTRY_POINTS = {"social-graph": "fanline_social_graph.__main__", "tweet-store": "fanline_tweet_store.__main__"}
+HOSTABLE = tuple(ENTRY_POINTS)
+
+
+def hosted_services(env: Env) -> tuple[str, ...]:
+    """FANLINE_HOSTED_SERVICES: a comma-separated subset of ``HOSTABLE`` this
+    process runs beside its own service; empty (the default): none, each
+    service is a process of its own."""
+    names = [n.strip() for n in env.string("FANLINE_HOSTED_SERVICES", "").split(",") if n.strip()]
+    unknown = sorted(set(names) - set(HOSTABLE))
+    if unknown:
+        raise ConfigError(f"FANLINE_HOSTED_SERVICES: {', '.join(unknown)} cannot be hosted (only {', '.join(HOSTABLE)})")
+    return tuple(n for n in HOSTABLE if n in names)
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,17 @@ class Part:
     name: str
     app: Any
     http: HttpSettings
+
+
+def hosted_part(name: str, environ: Mapping[str, str]) -> Part:
+    """``name``'s app as its own process would build it from ``environ``
+    (importing its entry point loads cassandra-driver the way it always
+    does, ``fanline_shared.driver_sources``); its log lines keep its name."""
+    entry = ENTRY_POINTS[name]
+    service = importlib.import_module(entry).SERVICE
+    logs.name_hosted_package(entry.partition(".")[0], name)
+    settings = service.settings.from_env(environ)
+    return Part(name, service.create_app(settings), settings.http)
 
 
 class _PartServer(Server):
@@ -121,3 +151,73 @@ def _hosted(part: Part, server: _PartServer) -> http_local.Hosted:
         (part.http.host, part.http.port),
         lambda: getattr(lifespan, "state", {}),
     )
+
+
+class Hosting:
+    """Stores hosted in a process that serves no HTTP of its own for them
+    (the fan-out worker): their lifespans run in order on the running loop,
+    each registered in ``http_local`` once started, and stop in reverse.
+    A lifespan that fails raises from ``start``, after the ones started
+    were stopped."""
+
+    def __init__(self, parts: list[Part]) -> None:
+        self._parts = parts
+        self._running: list[tuple[Part, _Lifespan]] = []
+
+    async def start(self) -> None:
+        for part in self._parts:
+            lifespan = _Lifespan(part.app)
+            try:
+                await lifespan.startup()
+            except BaseException:
+                await self.stop()
+                raise
+            self._running.append((part, lifespan))
+            http_local.host(part.name, http_local.Hosted(part.app, (part.http.host, part.http.port), lifespan.current_state))
+
+    async def stop(self) -> None:
+        while self._running:
+            part, lifespan = self._running.pop()
+            http_local.unhost(part.name)
+            await lifespan.shutdown()
+
+
+class _Lifespan:
+    """One ASGI app's lifespan protocol, driven as a server drives it."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self.state: dict[str, Any] = {}
+        self._to_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._from_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def current_state(self) -> dict[str, Any]:
+        """What the app's lifespan put in its state (each request gets a copy)."""
+        return self.state
+
+    async def _answer(self) -> dict[str, Any]:
+        assert self._task is not None
+        answer = asyncio.ensure_future(self._from_app.get())
+        await asyncio.wait([answer, self._task], return_when=asyncio.FIRST_COMPLETED)
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        self._task.result()  # the app's own exception, if it raised one
+        raise RuntimeError("the app's lifespan ended without answering")
+
+    async def startup(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": self.state}
+        self._task = asyncio.create_task(self._app(scope, self._to_app.get, self._from_app.put))
+        await self._to_app.put({"type": "lifespan.startup"})
+        answer = await self._answer()
+        if answer["type"] != "lifespan.startup.complete":
+            raise RuntimeError(f"start-up failed: {answer.get('message', answer['type'])}")
+
+    async def shutdown(self) -> None:
+        if self._task is None or self._task.done():
+            return
+        await self._to_app.put({"type": "lifespan.shutdown"})
+        with contextlib.suppress(Exception):
+            await self._answer()
+            await self._task

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fanline_shared.colocation import hosted_services
 from fanline_shared.config import (
     ConfigError,
     Env,
@@ -70,22 +71,6 @@ class LiveSettings:
         )
 
 
-# The storage services one gateway process may host (FANLINE_HOSTED_SERVICES,
-# fanline_shared.colocation): in start order.
-HOSTABLE = ("social-graph", "tweet-store")
-
-
-def hosted_services(env: Env) -> tuple[str, ...]:
-    """FANLINE_HOSTED_SERVICES: a comma-separated subset of ``HOSTABLE`` this
-    gateway process runs beside itself (each still on its own port); empty
-    (the default): none, each service is a process of its own."""
-    names = [n.strip() for n in env.string("FANLINE_HOSTED_SERVICES", "").split(",") if n.strip()]
-    unknown = sorted(set(names) - set(HOSTABLE))
-    if unknown:
-        raise ConfigError(f"FANLINE_HOSTED_SERVICES: {', '.join(unknown)} cannot be hosted (only {', '.join(HOSTABLE)})")
-    return tuple(n for n in HOSTABLE if n in names)
-
-
 def public_url(env: Env) -> str | None:
     """FANLINE_PUBLIC_URL: the URL clients reach this server at (behind a
     proxy, say), used in the Mastodon-compatible API's links, account and
@@ -121,7 +106,7 @@ class Settings:
     request_deadline: RequestDeadline = GATEWAY_REQUEST
     password_deadline: RequestDeadline = GATEWAY_PASSWORD_REQUEST
     admission: AdmissionPolicy = GATEWAY_ADMISSION
-    hosted_services: tuple[str, ...] = ()  # FANLINE_HOSTED_SERVICES
+    hosted_services: tuple[str, ...] = ()  # FANLINE_HOSTED_SERVICES: each on its own port, calls in the process
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

@@ -15,6 +15,7 @@ import faust
 import uvloop
 
 from fanline_shared import logs
+from fanline_shared.colocation import hosted_part
 from fanline_shared.config import Env, LogSettings
 from fanline_shared.errors import Unavailable
 from fanline_shared.kafka import ensure_topics
@@ -50,7 +51,8 @@ def main() -> None:
     counts = asyncio.run(retry(WAIT_FOR_BROKER, lambda: ensure_topics(settings.kafka), retry_on=(Unavailable,)))
     log.info("topics ready: %s", counts)
     settings.data_dir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level
-    app = create_app(settings)
+    # FANLINE_HOSTED_SERVICES: the stores this worker writes through, in its process.
+    app = create_app(settings, [hosted_part(name, os.environ) for name in settings.hosted_services])
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     # faust (mode) sets logging up again when the worker starts: give it the
     # same structured configuration (a fresh dict: dictConfig consumes it).

@@ -37,6 +37,7 @@ from structlog.contextvars import bound_contextvars
 from fanline_shared import events, metrics
 from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.clients.tweet_store import TweetStoreClient
+from fanline_shared.colocation import Hosting, Part
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, PeerFailed, Unavailable
 from fanline_shared.logs import (
@@ -162,8 +163,29 @@ class Processor:
         await retry(FANOUT_TRANSIENT, send_once, retry_on=(Unavailable,))
 
 
-def create_app(settings: Settings) -> faust.App:
-    app = faust.App(
+class FanoutApp(faust.App):
+    """faust's app, starting the stores it hosts (``hosting``) before its
+    consumer and agents, and stopping them after."""
+
+    hosting: Hosting | None = None
+    _hosting_started = False
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        if self.hosting is not None and not self._hosting_started:
+            await self.hosting.start()  # before any agent runs: its first call finds them
+            self._hosting_started = True
+
+    async def on_shutdown(self) -> None:
+        await super().on_shutdown()
+        if self.hosting is not None and self._hosting_started:
+            await self.hosting.stop()
+            self._hosting_started = False
+
+
+def create_app(settings: Settings, hosted: list[Part] | None = None) -> faust.App:
+    """The worker's faust app; ``hosted``: the stores it runs in its own process."""
+    app = FanoutApp(
         settings.group_id,
         broker=";".join(f"kafka://{b.strip()}" for b in settings.kafka.bootstrap.split(",")),
         value_serializer="raw",
@@ -374,4 +396,5 @@ def create_app(settings: Settings) -> faust.App:
                 await self.runner.cleanup()
 
     app.fanline_clients = (social, tweets)  # type: ignore[attr-defined]
+    app.hosting = Hosting(hosted) if hosted else None
     return app

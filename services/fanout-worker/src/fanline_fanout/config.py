@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fanline_shared.colocation import hosted_services
 from fanline_shared.config import HttpSettings, KafkaSettings, PeerSettings
 from fanline_shared.env_settings import EnvSettings, env_field, env_float, env_int, env_str
 
@@ -58,3 +59,7 @@ class Settings(EnvSettings):
     # pages queued there stay well inside a page's budget (16 slices x 4
     # pages x 1,000 rows queue ~4 s of writes).
     slices_in_flight: int = env_int("FANLINE_FANOUT_SLICES_IN_FLIGHT", 4, minimum=1)
+    # FANLINE_HOSTED_SERVICES: the stores this worker writes through run in
+    # its own process (the role of the fan-out replicas, without their
+    # processes and HTTP; fanline_shared.colocation.Hosting).
+    hosted_services: tuple[str, ...] = env_field(hosted_services)
