@@ -284,9 +284,10 @@ def run_step(s: Scope, target: Target, rate: float, seconds: float, mix: Mix = M
             v = probes.quantile(before.get("api", {}), after.get("api", {}), probes.HTTP, q / 100, *labels)
             s("gateway_ms", None if v is None else 1000 * v, route=route, stat=f"p{q}")
     for service in ("api", "tweet-store", "social-graph"):
-        b, a = before.get(service, {}), after.get(service, {})
-        s("shed", probes.increase(b, a, "fanline_admission_shed_total"), service=service)
-        wait = probes.quantile(b, a, "fanline_admission_queue_wait_seconds", 0.99, 'outcome="admitted"')
+        # filtered by service: with the stores in the gateway's process (--colocate) each page has all three
+        b, a, mine = before.get(service, {}), after.get(service, {}), f'service="{service}"'
+        s("shed", probes.increase(b, a, "fanline_admission_shed_total", mine), service=service)
+        wait = probes.quantile(b, a, "fanline_admission_queue_wait_seconds", 0.99, 'outcome="admitted"', mine)
         s("queue_wait_p99_ms", None if wait is None else 1000 * wait, service=service)
     # every worker's lag histogram, summed per bucket bound (series kept apart by a suffix)
     workers = [n for n in after if n.startswith("fanout-worker")]

@@ -67,7 +67,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--docs", type=Path, help="the page (default docs/benchmarks.md, or <out>/benchmarks.md)")
     add("--render", action="store_true", help="render the page from <out>/latest.json, run nothing")
     add("--fanout-replica", action=argparse.BooleanOptionalAction, default=True, help="fan-out replicas of the stores")
-    add("--colocate", action=argparse.BooleanOptionalAction, default=False, help="the stores inside the gateway's process")
+    add(
+        "--colocate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the stores in the gateway's process, the fan-out replicas in the worker's (--no-colocate: a process each)",
+    )
     add("--background-nice", type=int, default=10, choices=range(20), metavar="0-19", help="niceness of the fan-out (default 10)")
     add("--keep", action="store_true", help="keep the keyspaces and topics afterwards")
     add("--env", action="append", default=[], metavar="KEY=VALUE", help="experiment: extra environment for every service")

@@ -172,6 +172,7 @@ class CliSystem:
     log: Path
     fanout_replica: bool = True
     background_nice: int = 10
+    colocate: bool = False  # the stores in the gateway's (and the worker's) process
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -182,12 +183,14 @@ class CliSystem:
         python = str(venv) if (venv := self.root / ".venv" / "bin" / "python").exists() else sys.executable
         argv = [python, "deploy/local/system.py", "--real", "--base-port", str(self.base_port), "--data-dir", str(data_dir)]
         argv += ["--fanout-replica", "--background-nice", str(self.background_nice)] if self.fanout_replica else []
+        argv += ["--colocate"] if self.colocate else []
         self.proc = spawn(argv, self.log, {**os.environ, **self.env}, self.root)
         for port in (self.base_port, self.base_port + 3):  # the gateway, then the worker (it joins last)
             wait_ready(f"http://127.0.0.1:{port}/readyz", self.proc, timeout, f"the system of {self.root}")
 
     def pids(self) -> dict[str, int]:
-        """Service -> pid of each process the supervisor started (a second store: its fan-out replica)."""
+        """Service -> pid of each process the supervisor started (a second store: its fan-out replica;
+        with ``colocate``, the gateway's and the worker's processes only)."""
         out: dict[str, int] = {}
         for pid, cmdline in sorted(probes.children(self.proc.pid).items()) if self.proc else ():
             if name := next((s for s, m in MODULES.items() if f"-m {m}" in cmdline), None):

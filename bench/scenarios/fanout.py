@@ -153,14 +153,16 @@ async def latency_scaling(ctx: Ctx, p: dict[str, Any]) -> None:
         s("rtt_ms", await _rtt_ms(direct), path="direct")
         s("rtt_ms", await _rtt_ms(replace(direct, cassandra_hosts=("127.0.0.1",), cassandra_port=port)), path="proxied")
         await asyncio.to_thread(system.stop_workers)
-        await asyncio.to_thread(system.restart_service, "social-graph", proxied)
+        if not system.colocate:  # colocated, each worker reads its follower pages through the stores in its process
+            await asyncio.to_thread(system.restart_service, "social-graph", proxied)
         for k, count in enumerate(p["workers"]):
             rate = await _one(ctx, p, k, count, proxied, authors, proxy.pid)
             rates[count] = max(rates.get(count, 0.0), rate or 0.0)  # a count run twice: the better (the harder bar)
     finally:
         await asyncio.to_thread(system.stop_workers)
         await asyncio.to_thread(system.stop_replicas)
-        await asyncio.to_thread(system.restart_service, "social-graph", {})
+        if not system.colocate:
+            await asyncio.to_thread(system.restart_service, "social-graph", {})
         stop_process(proxy)
         await asyncio.to_thread(system.start_workers, 1)
     for count, rate in rates.items():
@@ -175,12 +177,13 @@ async def _one(
     await asyncio.to_thread(system.stop_workers)
     await asyncio.to_thread(system.stop_replicas)
     say(f"latency scaling: {count} worker(s) + {count} tweet-store replica(s) behind the proxy")
-    urls = await asyncio.to_thread(system.start_replicas, count, proxied)
+    # Colocated (--colocate), each worker hosts its own stores: the replicas are in its process.
+    urls = [] if system.colocate else await asyncio.to_thread(system.start_replicas, count, proxied)
     base = await ctx.rows_written()  # posted with no worker running: running ones would drain it as it is posted
     posted = await ctx.post_backlog(p["tweets"], authors)
     expected, started, (busy0, total0) = p["tweets"] * (p["followers"] + 1), time.monotonic(), probes.machine_busy()
     polling = asyncio.create_task(ctx.wait_rows(base + expected, p["drain_timeout_s"], f"{count} worker(s), proxied"))
-    envs = [{**proxied, "FANLINE_TWEET_STORE_URL": urls[i % len(urls)]} for i in range(count)]
+    envs = [{**proxied, **({"FANLINE_TWEET_STORE_URL": urls[i % len(urls)]} if urls else {})} for i in range(count)]
     await asyncio.to_thread(system.start_workers, count, True, envs.__getitem__)
     all_ready = time.monotonic()
     components = ("fanout-worker", "tweet-store-r", "social-graph", "cassandra", "kafka")

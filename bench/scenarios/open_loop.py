@@ -128,16 +128,21 @@ async def mixed_embedded(ctx: Ctx, p: dict[str, Any]) -> None:
     # 1,000 requests instead of 6.3. Start from idle workers and no compaction.
     if ctx.system.core_running():
         await quiet(ctx, "mixed_embedded")
-    system = BenchSystem(ctx.tmp / "embedded", ctx.args.base_port + 200, extra_env=p["env"], log_dir=ctx.logs / "embedded")
-    say(f"embedded default: SQLite + tansu on ports {system.base_port}+")
-    await asyncio.to_thread(system.start, 120)
-    try:
-        following = min(ctx.params["open_loop"]["mean_following"], p["users"] // 4)
-        pop = await openloop.seed(system.url("api"), f"e{ctx.tag}", p["users"], following, random.Random(ctx.tag))
-        target = Target(system.url("api"), system.metrics_urls, system.pids, pop)
-        await step(ctx, "mixed_embedded", p["rate"], p["duration_s"], target)
-    finally:
-        await asyncio.to_thread(system.stop)
+    # make run's default, then (``layouts``) the same with the stores in the gateway's process
+    # (make run --colocate), each on a fresh data directory, labelled by layout beyond the default
+    for layout in p.get("layouts", ["default"]):
+        colocate, data = layout == "colocated", ctx.tmp / f"embedded-{layout}"
+        system = BenchSystem(data, ctx.args.base_port + 200, extra_env=p["env"], log_dir=ctx.logs / "embedded", colocate=colocate)
+        say(f"embedded {layout}: SQLite + tansu on ports {system.base_port}+")
+        await asyncio.to_thread(system.start, 120)
+        try:
+            following = min(ctx.params["open_loop"]["mean_following"], p["users"] // 4)
+            pop = await openloop.seed(system.url("api"), f"e{ctx.tag}{layout[0]}", p["users"], following, random.Random(ctx.tag))
+            target = Target(system.url("api"), system.metrics_urls, system.pids, pop)
+            labels = {"layout": layout} if colocate else {}
+            await step(ctx, "mixed_embedded", p["rate"], p["duration_s"], target, MIX, **labels)
+        finally:
+            await asyncio.to_thread(system.stop)
 
 
 async def baseline_ref(ctx: Ctx, p: dict[str, Any]) -> None:
@@ -156,7 +161,9 @@ async def baseline_ref(ctx: Ctx, p: dict[str, Any]) -> None:
             side = f"{ctx.tag}{'c' if name == 'current' else 'b'}{r}"
             env = ctx.system_env(side) | dict(item.split("=", 1) for item in ctx.args.env)
             port, log = ctx.args.base_port + 300 + 10 * k, ctx.logs / f"ref-{side}.log"
-            system = CliSystem(sides[name], port, env, log, ctx.args.fanout_replica, ctx.args.background_nice)
+            # --colocate is this checkout's layout only: a ref from before it has no such flag.
+            colocate = ctx.args.colocate and name == "current"
+            system = CliSystem(sides[name], port, env, log, ctx.args.fanout_replica, ctx.args.background_nice, colocate)
             say(f"baseline ref: round {r + 1}, {name} ({sides[name]})")
             await asyncio.to_thread(system.start, ctx.tmp / f"ref-{side}")
             try:
