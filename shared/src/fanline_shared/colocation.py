@@ -118,7 +118,7 @@ async def _run(servers: list[tuple[Part, _PartServer, list[Any]]]) -> bool:
     started = True
     try:
         for part, server, sockets in servers:
-            task = asyncio.create_task(server.serve(sockets=sockets))
+            task = asyncio.create_task(_serve(server, sockets))
             while not server.started and not task.done() and not stop.is_set():
                 await asyncio.sleep(0.02)
             running.append((part, server, task))
@@ -141,7 +141,16 @@ async def _run(servers: list[tuple[Part, _PartServer, list[Any]]]) -> bool:
             with contextlib.suppress(Exception):
                 await task
             http_local.unhost(part.name)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
     return started
+
+
+async def _serve(server: _PartServer, sockets: list[Any]) -> None:
+    # uvicorn ends a failed start-up with sys.exit(3): here that would end the
+    # loop before the services already started were stopped.
+    with contextlib.suppress(SystemExit):
+        await server.serve(sockets=sockets)
 
 
 def _hosted(part: Part, server: _PartServer) -> http_local.Hosted:
