@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from fanline_shared.config import Env
+
 from . import system as _system
 from .system import FANOUT_REPLICAS, REPO, System
 
@@ -44,7 +46,7 @@ def main() -> int:
     parser.add_argument(
         "--colocate",
         action="store_true",
-        default=os.environ.get("FANLINE_COLOCATE", "") not in ("", "0", "false"),
+        default=Env(os.environ).boolean("FANLINE_COLOCATE", False),
         help="run social-graph and tweet-store inside the gateway's process, each on its own port "
         "(FANLINE_COLOCATE=1; docs/operations/scale.md)",
     )

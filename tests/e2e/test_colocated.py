@@ -87,12 +87,18 @@ def test_two_processes_serve_every_service(colocated: System) -> None:
         assert metrics.status_code == 200 and f'service="{name}"' in metrics.text
 
 
+def _author_and_follower(api: Api, prefix: str) -> tuple[str, str, str, str]:
+    """A new author and a new user following them: (author, their token, follower, their token)."""
+    author, author_token = api.user(prefix + "a")
+    reader, reader_token = api.user(prefix + "r")
+    api.follow(reader_token, reader, author)
+    return author, author_token, reader, reader_token
+
+
 def test_a_post_reaches_a_followers_home_and_the_calls_stay_in_the_process(colocated: System) -> None:
     api = Api(colocated.url())
     try:
-        author, author_token = api.user("ca")
-        reader, reader_token = api.user("cr")
-        api.follow(reader_token, reader, author)
+        author, author_token, reader, reader_token = _author_and_follower(api, "c")
         calls = _peer_calls(colocated)
         posted = api.post(author_token, "in one process", key=str(uuid.uuid4()))
         eventually(lambda: posted["id"] in api.home_ids(reader_token), what="the post in the follower's home")
@@ -116,9 +122,7 @@ def test_a_post_reaches_a_followers_home_and_the_calls_stay_in_the_process(coloc
 def test_a_restart_of_the_one_process_loses_no_acknowledged_post(colocated: System) -> None:
     api = Api(colocated.url())
     try:
-        author, author_token = api.user("cs")
-        reader, reader_token = api.user("ct")
-        api.follow(reader_token, reader, author)
+        author, author_token, _, reader_token = _author_and_follower(api, "s")
         posted: list[dict[str, Any]] = [api.post(author_token, f"before the restart {i}") for i in range(5)]
     finally:
         api.close()

@@ -34,12 +34,11 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
 import uvloop
 
 from . import http_local, logs
 from .config import ConfigError, Env, HttpSettings
-from .http_server import UVICORN_SETTINGS, AfterStartup, MetricsPort, Server, bind, configure_logging, tune_gc_after_startup
+from .http_server import Server, configure_logging, server_config
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +96,7 @@ def serve_together(primary: Part, hosted: list[Part]) -> None:
     parts = [*hosted, primary]
     servers: list[tuple[Part, _PartServer, list[Any]]] = []
     for part in parts:
-        sockets = [bind(part.http.host, part.http.port), bind(part.http.host, part.http.metrics_port)]
-        app: Any = MetricsPort(part.app, sockets[1].getsockname()[1])
-        if part is primary:  # everything is started once the gateway is
-            app = AfterStartup(app, tune_gc_after_startup)
-        config = uvicorn.Config(
-            app, host=part.http.host, port=part.http.port, timeout_graceful_shutdown=10, lifespan="on", **UVICORN_SETTINGS
-        )
+        config, sockets = server_config(part.app, part.http, last=part is primary)  # the gateway starts last
         servers.append((part, _PartServer(config), sockets))
     if not uvloop.run(_run(servers)):
         sys.exit(3)

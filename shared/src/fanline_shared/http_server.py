@@ -160,20 +160,25 @@ class Server(uvicorn.Server):
             self._tick_loop.call_soon_threadsafe(self._woken.set)
 
 
+def server_config(app: Any, http: HttpSettings, *, last: bool = True) -> tuple[uvicorn.Config, list[socket.socket]]:
+    """uvicorn's config for ``app`` and its two bound sockets (``http.port``,
+    ``http.metrics_port``); ``last``: the process's last service to start,
+    after whose start-up the GC freezes what start-up made."""
+    sockets = [bind(http.host, http.port), bind(http.host, http.metrics_port)]
+    wrapped: Any = MetricsPort(app, sockets[1].getsockname()[1])
+    if last:
+        wrapped = AfterStartup(wrapped, tune_gc_after_startup)
+    config = uvicorn.Config(
+        wrapped, host=http.host, port=http.port, timeout_graceful_shutdown=10, lifespan="on", **UVICORN_SETTINGS
+    )
+    return config, sockets
+
+
 def serve(app: Any, http: HttpSettings, service: str) -> None:
     """Serve ``app`` on ``http.port`` and ``/metrics`` on ``http.metrics_port``
     until SIGINT/SIGTERM; uvicorn runs the lifespan."""
     configure_logging(service)
-    sockets = [bind(http.host, http.port), bind(http.host, http.metrics_port)]
-    metrics_port = sockets[1].getsockname()[1]
-    config = uvicorn.Config(
-        AfterStartup(MetricsPort(app, metrics_port), tune_gc_after_startup),
-        host=http.host,
-        port=http.port,
-        timeout_graceful_shutdown=10,
-        lifespan="on",
-        **UVICORN_SETTINGS,
-    )
+    config, sockets = server_config(app, http)
     server = Server(config)
     server.run(sockets=sockets)
     if not server.started:
