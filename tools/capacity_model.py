@@ -91,6 +91,21 @@ def render(rows: list[dict[str, Any]]) -> str:
     def fig(name: str, workers: str, **labels: str) -> float:
         return float(get("latency_scaling", name, run=best[workers], workers=workers, **labels))
 
+    def cpu(workers: str, component: str) -> float | None:
+        """A component's CPU-s per 1,000 rows; None when the run had no such process (colocated:
+        the worker runs the tweet-store and social-graph it writes through in its own process)."""
+        labels = {"run": best[workers], "workers": workers, "component": component}
+        value = figures.get((run, "latency_scaling", frozenset({("", "cpu_s_per_1k_rows"), *labels.items()})))
+        return None if value is None else float(value)
+
+    components = [(key, label) for key, label in COMPONENTS if cpu("1", key) is not None]
+    hosted = cpu("1", "tweet-store") is None
+    pair = (
+        "a fan-out worker with the tweet-store and social-graph it writes through in its own process"
+        if hosted
+        else "a fan-out worker and the tweet-store replica it writes through"
+    )
+
     def row(label: str, cells: list[str]) -> str:
         return f"| {label} | " + " | ".join(cells) + " |"
 
@@ -106,15 +121,15 @@ def render(rows: list[dict[str, Any]]) -> str:
         f"Cassandra (CQL round trip {proxied:.0f} ms through the proxy, {direct:.1f} ms direct); with several runs of one "
         "size, the faster:",
         "",
-        "| pairs (a fan-out worker and the tweet-store replica it writes through) | " + " | ".join(counts) + " |",
+        f"| pairs ({pair}) | " + " | ".join(counts) + " |",
         "| --- |" + " --- |" * len(counts),
         row("home-timeline rows/s (steady window)", [_num(fig("rows_per_s", c)) for c in counts]),
         row("ratio to one pair", [f"{fig('rows_per_s', c) / fig('rows_per_s', '1'):.2f}" for c in counts]),
         row("machine CPU busy", [f"{fig('machine_cpu_percent', c):.0f}%" for c in counts]),
     ]
-    for key, label in COMPONENTS:
-        lines.append(row(f"CPU-s per 1,000 rows: {label}", [f"{fig('cpu_s_per_1k_rows', c, component=key):.4f}" for c in counts]))
-    one = {key: fig("cpu_s_per_1k_rows", "1", component=key) for key, _ in COMPONENTS}
+    for key, label in components:
+        lines.append(row(f"CPU-s per 1,000 rows: {label}", [f"{cpu(c, key) or 0.0:.4f}" for c in counts]))
+    one = {key: cpu("1", key) or 0.0 for key, _ in COMPONENTS}
     one_rate = fig("rows_per_s", "1")
     python_figure = max(one["fanout-worker"], one["tweet-store"])
     cpu_limit = 1000 / python_figure * HEADROOM
@@ -131,10 +146,15 @@ def render(rows: list[dict[str, Any]]) -> str:
         f"CPU limit is `1000 / {python_figure:.4f} × {HEADROOM}` ≈ {_num(cpu_limit, 100)} rows/s; "
         f"its round-trip limit at {proxied:.0f} ms is `{WRITE_LIMIT_MAX} × {BATCH_ROWS} / {rtt_s:.3f}` ≈ "
         f"{_num(rtt_limit, 100)} rows/s, and one pair reached {_num(one_rate)} there, so at that distance "
-        f"{pairs_far} pairs are needed; on a LAN (about 1 ms) the CPU limit decides. Workers, replicas and social-graph need "
-        f"`{target:g} × ({one['fanout-worker']:.4f} + {one['tweet-store']:.4f} + {one['social-graph']:.4f}) / {HEADROOM}` ≈ "
-        f"{service_cores:.1f} cores; Cassandra `{target:g} × {one['cassandra']:.4f} / {HEADROOM}` ≈ {cassandra_cores:.1f} cores "
-        "× the replication factor, across its nodes.",
+        f"{pairs_far} pairs are needed; on a LAN (about 1 ms) the CPU limit decides. "
+        + (
+            f"The workers, with their stores in their processes, need `{target:g} × {one['fanout-worker']:.4f} / {HEADROOM}` ≈ "
+            if hosted
+            else "Workers, replicas and social-graph need "
+            f"`{target:g} × ({one['fanout-worker']:.4f} + {one['tweet-store']:.4f} + {one['social-graph']:.4f}) / {HEADROOM}` ≈ "
+        )
+        + f"{service_cores:.1f} cores; Cassandra `{target:g} × {one['cassandra']:.4f} / {HEADROOM}` ≈ "
+        f"{cassandra_cores:.1f} cores × the replication factor, across its nodes.",
         "",
         END,
     ]
