@@ -40,6 +40,7 @@ from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.colocation import Hosting, Part
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, PeerFailed, Unavailable
+from fanline_shared.http_server import tune_gc_after_startup
 from fanline_shared.logs import (
     KAFKA_REQUEST_ID_HEADER,
     current_request_id,
@@ -175,6 +176,13 @@ class FanoutApp(faust.App):
         if self.hosting is not None and not self._hosting_started:
             await self.hosting.start()  # before any agent runs: its first call finds them
             self._hosting_started = True
+
+    async def on_started(self) -> None:
+        await super().on_started()
+        # As every HTTP service does after its start-up (http_server): the
+        # driver's metadata, faust's and the hosted stores' objects are never
+        # scanned by the GC again (the worker alone did not freeze them).
+        tune_gc_after_startup()
 
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
