@@ -70,11 +70,16 @@ def render(rows: list[dict[str, Any]]) -> str:
         )
     run = scaled[0]
 
-    def get(scenario: str, name: str, **labels: str) -> Any:
+    missing = object()
+
+    def get(scenario: str, name: str, default: Any = missing, **labels: str) -> Any:
+        """The run's figure; ``default`` when it has none (without one: exit saying which)."""
         key = (run, scenario, frozenset({("", name), *labels.items()}))
-        if key not in figures:
+        if key in figures:
+            return figures[key]
+        if default is missing:
             raise SystemExit(f"latest.json has no {scenario} {name}{labels} for run {run}")
-        return figures[key]
+        return default
 
     runs = {  # run number -> workers, in the order they ran (one pair first and again last)
         dict(key)["run"]: dict(key)["workers"]
@@ -94,8 +99,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     def cpu(workers: str, component: str) -> float | None:
         """A component's CPU-s per 1,000 rows; None when the run had no such process (colocated:
         the worker runs the tweet-store and social-graph it writes through in its own process)."""
-        labels = {"run": best[workers], "workers": workers, "component": component}
-        value = figures.get((run, "latency_scaling", frozenset({("", "cpu_s_per_1k_rows"), *labels.items()})))
+        value = get("latency_scaling", "cpu_s_per_1k_rows", None, run=best[workers], workers=workers, component=component)
         return None if value is None else float(value)
 
     components = [(key, label) for key, label in COMPONENTS if cpu("1", key) is not None]
