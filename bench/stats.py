@@ -39,6 +39,18 @@ def interleaved(kinds: Sequence[str], repeats: int) -> list[tuple[int, str]]:
     return [(r, k) for r in range(repeats) for k in kinds]
 
 
+def value_at(series: Sequence[tuple[float, float]], when: float) -> float | None:
+    """A (time, value) series' value at ``when``, interpolated; None outside it."""
+    prev: tuple[float, float] | None = None
+    for t, v in series:
+        if t >= when:
+            if t == when or prev is None:
+                return v if t == when else None
+            return prev[1] + (v - prev[1]) * (when - prev[0]) / (t - prev[0])
+        prev = (t, v)
+    return None
+
+
 def crossing(series: Sequence[tuple[float, float]], level: float) -> float | None:
     """When a non-decreasing (time, value) series first reaches ``level``, interpolated."""
     prev: tuple[float, float] | None = None

@@ -82,11 +82,19 @@ async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
         posted = await ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors)
         say(f"scaling: {count} worker(s) draining {expected:,} rows")
         await asyncio.to_thread(ctx.system.start_workers, count, False)
-        series = await ctx.wait_rows(expected, p["drain_timeout_s"], f"{count} worker(s)")
+        sampling = asyncio.create_task(_cpu_samples(with_engines(ctx, ctx.system.pids)))
+        try:
+            series = await ctx.wait_rows(expected, p["drain_timeout_s"], f"{count} worker(s)")
+        finally:
+            sampling.cancel()
+        clocks = await asyncio.gather(sampling, return_exceptions=True)
         t10, t90 = stats.crossing(series, 0.1 * expected), stats.crossing(series, 0.9 * expected)
         rate = 0.8 * expected / (t90 - t10) if t10 is not None and t90 is not None and t90 > t10 else None
         labels = {"workers": count, **({"round": label} if label else {})}
         s("worker_rows_per_s", rate, **labels)
+        if t10 is not None and t90 is not None and isinstance(clocks[0], list):
+            for component, v in _cpu_between(clocks[0], series, t10, t90).items():
+                s("cpu_s_per_1k_rows", v, component=component, **labels)
         s("drain_s", series[-1][0] - next((t for t, v in series if v > 0), series[0][0]), **labels)
         s("drained_rows", series[-1][1], **labels)
         one += [rate] if count == 1 else []
@@ -101,6 +109,38 @@ async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
     s("worker_rows_per_s", stats.percentile([r for r in one if r] or [0.0], 50) if any(one) else None, workers=1, stat="median")
     s.repeated("worker_vs_ceiling", one, ceilings)
     await ctx.restart_workers()
+
+
+async def _cpu_samples(pids: Any, every_s: float = 0.25) -> list[tuple[float, dict[str, float]]]:
+    """Each process's CPU clock every ``every_s`` until cancelled; the samples taken."""
+    samples: list[tuple[float, dict[str, float]]] = []
+    try:
+        while True:
+            samples.append((time.monotonic(), probes.cpu_clocks(pids())))
+            await asyncio.sleep(every_s)
+    except asyncio.CancelledError:
+        return samples
+
+
+def _cpu_between(
+    samples: list[tuple[float, dict[str, float]]], series: list[tuple[float, float]], t10: float, t90: float
+) -> dict[str, float]:
+    """CPU-s per 1,000 rows of the workers (summed), Cassandra and Kafka over the samples
+    inside [t10, t90] (the drain's steady part: no start-up, no group join), the rows
+    written meanwhile interpolated from ``series``."""
+    inside = [(t, c) for t, c in samples if t10 <= t <= t90]
+    if len(inside) < 2:
+        return {}
+    (ta, ca), (tb, cb) = inside[0], inside[-1]
+    ra, rb = stats.value_at(series, ta), stats.value_at(series, tb)
+    if ra is None or rb is None or rb <= ra:
+        return {}
+    out: dict[str, float] = {}
+    for name, value in cb.items():
+        group = next((g for g in ("fanout-worker", "cassandra", "kafka") if name.startswith(g)), None)
+        if group is not None and name in ca:
+            out[group] = out.get(group, 0.0) + (value - ca[name]) * 1000 / (rb - ra)
+    return out
 
 
 def steady_rate(series: list[tuple[float, float]], expected: float, all_ready: float) -> float | None:

@@ -24,7 +24,7 @@ import pytest
 
 from bench import bare, openloop, probes, report, rows, run, seed, stats, targets
 from bench.scenarios.celebrity import crossover
-from bench.scenarios.fanout import steady_rate, summarize
+from bench.scenarios.fanout import _cpu_between, steady_rate, summarize
 from bench.scenarios.hops import mix_floor
 from bench.system import CliSystem
 from deploy.local.system import MODULES
@@ -265,6 +265,21 @@ def test_curves_crossings_and_the_steady_rate() -> None:
     series = [(float(t), 100.0 * t) for t in range(11)]  # 100 rows/s, 1,000 expected
     assert steady_rate(series, 1000, 0.0) == pytest.approx(100.0)
     assert steady_rate(series, 1000, 8.0) is None  # ready too late: under a fifth of the rows left
+    assert stats.value_at(series, 2.5) == pytest.approx(250.0)
+    assert stats.value_at(series, 3.0) == 300.0
+    assert stats.value_at(series, -1.0) is None and stats.value_at(series, 11.0) is None
+
+
+def test_the_drains_cpu_per_row_counts_only_its_steady_span() -> None:
+    series = [(float(t), 100.0 * t) for t in range(11)]  # 100 rows/s
+    # Start-up (t < 1) costs the worker 5 s of CPU; then 0.2 s per second (2 s per 1,000 rows).
+    samples = [
+        (t, {"fanout-worker": 5.0 + 0.2 * t, "fanout-worker-2": 0.1 * t, "cassandra": 0.3 * t, "api": 9.0 * t})
+        for t in (0.0, 1.0, 2.0, 5.0, 9.0, 10.0)
+    ]
+    per_1k = _cpu_between(samples, series, 1.0, 9.0)
+    assert per_1k == pytest.approx({"fanout-worker": 3.0, "cassandra": 3.0})  # 0.2 + 0.1 per 100 rows; api left out
+    assert _cpu_between(samples, series, 2.5, 4.0) == {}  # fewer than two samples inside the span
 
 
 def test_a_py_spy_profile_is_summed_by_area_and_function() -> None:
