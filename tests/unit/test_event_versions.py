@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fanline_fanout.app import Processor
+from fanline_fanout.processor import Processor
 from fanline_fanout.handlers import FanoutHandlers
 from fanline_shared import events, logs
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fanline_fanout.app import Processor
+from fanline_fanout.processor import Processor
 from fanline_fanout.handlers import FanoutHandlers
 from fanline_shared import events
 from fanline_shared.domain import new_timeuuid, utcnow
@@ -236,7 +236,7 @@ class FlakyTopic(FakeTopic):
 
 
 async def test_a_dead_letter_that_cannot_be_written_is_retried_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fanline_fanout.app as worker_app
+    import fanline_fanout.processor as worker_app
     from fanline_shared.policies import RetryPolicy
 
     monkeypatch.setattr(worker_app, "FANOUT_TRANSIENT", RetryPolicy("fast", attempts=None, base_delay_s=0.001, max_delay_s=0.002))
@@ -443,7 +443,7 @@ async def test_a_peers_deterministic_5xx_is_dead_lettered_not_retried_forever(mo
     back from ``PeerClient`` as ``Unavailable`` and be retried forever, the
     partition stalled behind it (issue 14). ``from_status`` is exactly what
     ``PeerClient.call`` raises for a peer's error response."""
-    import fanline_fanout.app as worker_app
+    import fanline_fanout.processor as worker_app
     from fanline_shared.errors import from_status
     from fanline_shared.policies import RetryPolicy
 
@@ -468,7 +468,7 @@ async def test_a_peers_deterministic_5xx_is_dead_lettered_not_retried_forever(mo
 
 
 async def test_a_peers_503_is_still_transient(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fanline_fanout.app as worker_app
+    import fanline_fanout.processor as worker_app
     from fanline_shared.errors import from_status
     from fanline_shared.policies import RetryPolicy
 
