@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from fanline_fanout.processor import Processor
 from fanline_fanout.handlers import FanoutHandlers
+from fanline_fanout.processor import Processor
 from fanline_shared import events, logs
 
 from .test_fanout_handlers import FakeSocial, FakeTopic, FakeTweets

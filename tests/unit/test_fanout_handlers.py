@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from fanline_fanout.processor import Processor
 from fanline_fanout.handlers import FanoutHandlers
+from fanline_fanout.processor import Processor
 from fanline_shared import events
 from fanline_shared.domain import new_timeuuid, utcnow
 from fanline_shared.errors import Conflict, InvalidInput, NotFound, Unavailable
