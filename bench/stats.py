@@ -43,10 +43,10 @@ def value_at(series: Sequence[tuple[float, float]], when: float) -> float | None
     """A (time, value) series' value at ``when``, interpolated; None outside it."""
     prev: tuple[float, float] | None = None
     for t, v in series:
-        if t >= when:
-            if t == when or prev is None:
-                return v if t == when else None
-            return prev[1] + (v - prev[1]) * (when - prev[0]) / (t - prev[0])
+        if t == when:
+            return v
+        if t > when:
+            return None if prev is None else prev[1] + (v - prev[1]) * (when - prev[0]) / (t - prev[0])
         prev = (t, v)
     return None
 

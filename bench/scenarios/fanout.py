@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,18 +83,18 @@ async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
         posted = await ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors)
         say(f"scaling: {count} worker(s) draining {expected:,} rows")
         await asyncio.to_thread(ctx.system.start_workers, count, False)
-        sampling = asyncio.create_task(_cpu_samples(with_engines(ctx, ctx.system.pids)))
+        clocks: list[tuple[float, dict[str, float]]] = []
+        sampling = asyncio.create_task(_sample_cpu(with_engines(ctx, ctx.system.pids), clocks))
         try:
             series = await ctx.wait_rows(expected, p["drain_timeout_s"], f"{count} worker(s)")
         finally:
             sampling.cancel()
-        clocks = await asyncio.gather(sampling, return_exceptions=True)
         t10, t90 = stats.crossing(series, 0.1 * expected), stats.crossing(series, 0.9 * expected)
         rate = 0.8 * expected / (t90 - t10) if t10 is not None and t90 is not None and t90 > t10 else None
         labels = {"workers": count, **({"round": label} if label else {})}
         s("worker_rows_per_s", rate, **labels)
-        if t10 is not None and t90 is not None and isinstance(clocks[0], list):
-            for component, v in _cpu_between(clocks[0], series, t10, t90).items():
+        if t10 is not None and t90 is not None:
+            for component, v in _cpu_between(clocks, series, t10, t90).items():
                 s("cpu_s_per_1k_rows", v, component=component, **labels)
         s("drain_s", series[-1][0] - next((t for t, v in series if v > 0), series[0][0]), **labels)
         s("drained_rows", series[-1][1], **labels)
@@ -111,15 +112,22 @@ async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
     await ctx.restart_workers()
 
 
-async def _cpu_samples(pids: Any, every_s: float = 0.25) -> list[tuple[float, dict[str, float]]]:
-    """Each process's CPU clock every ``every_s`` until cancelled; the samples taken."""
-    samples: list[tuple[float, dict[str, float]]] = []
-    try:
-        while True:
-            samples.append((time.monotonic(), probes.cpu_clocks(pids())))
-            await asyncio.sleep(every_s)
-    except asyncio.CancelledError:
-        return samples
+async def _sample_cpu(pids: Callable[[], dict[str, int]], into: list[tuple[float, dict[str, float]]]) -> None:
+    """Append each process's CPU clock to ``into`` every 0.25 s until cancelled."""
+    while True:
+        into.append((time.monotonic(), probes.cpu_clocks(pids())))
+        await asyncio.sleep(0.25)
+
+
+def _per_component(before: dict[str, float], after: dict[str, float], rows: float) -> dict[str, float]:
+    """``probes.cpu_per_1k`` of each process, the workers and tweet-store replicas each
+    summed into one component (``fanout-worker-2`` into ``fanout-worker``)."""
+    groups: dict[str, float] = {}
+    for name, v in probes.cpu_per_1k(before, after, rows).items():
+        if name not in ("fanline", "engines", "all"):
+            group = next((g for g in ("fanout-worker", "tweet-store") if name.startswith(g)), name)
+            groups[group] = groups.get(group, 0.0) + v
+    return groups
 
 
 def _cpu_between(
@@ -135,12 +143,7 @@ def _cpu_between(
     ra, rb = stats.value_at(series, ta), stats.value_at(series, tb)
     if ra is None or rb is None or rb <= ra:
         return {}
-    out: dict[str, float] = {}
-    for name, value in cb.items():
-        group = next((g for g in ("fanout-worker", "cassandra", "kafka") if name.startswith(g)), None)
-        if group is not None and name in ca:
-            out[group] = out.get(group, 0.0) + (value - ca[name]) * 1000 / (rb - ra)
-    return out
+    return {k: v for k, v in _per_component(ca, cb, rb - ra).items() if k in ("fanout-worker", "cassandra", "kafka")}
 
 
 def steady_rate(series: list[tuple[float, float]], expected: float, all_ready: float) -> float | None:
@@ -240,12 +243,7 @@ async def _one(
     s("drain_s", series[-1][0] - started)
     s("machine_cpu_percent", util)
     s("cpu_bound", util >= 90)
-    groups: dict[str, float] = {}
-    for name, v in probes.cpu_per_1k(cpu0, cpu1, series[-1][1]).items():
-        if name not in ("fanline", "engines", "all"):
-            group = next((g for g in ("fanout-worker", "tweet-store") if name.startswith(g)), name)
-            groups[group] = groups.get(group, 0.0) + v
-    for component, v in groups.items():
+    for component, v in _per_component(cpu0, cpu1, series[-1][1]).items():
         s("cpu_s_per_1k_rows", v, component=component)
     if not await ctx.delivered(posted[:3]):
         s.note(f"{count} worker(s): a sampled tweet was not in every follower's timeline after the drain")
