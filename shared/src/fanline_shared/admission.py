@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -215,14 +216,16 @@ def route_template(scope: Scope) -> str:
     return "unmatched"
 
 
-class AdmissionMiddleware:
-    """ASGI middleware: the service's requests pass through one ``Gate``
-    (see the module docstring for what is exempt). ``internal_token``: the
-    service credential (``FANLINE_INTERNAL_TOKEN``); only a request carrying
-    it may mark itself as background work. None (the gateway): no request may."""
+class Admission:
+    """One service's admission: its ``Gate``, what is exempt from it (see the
+    module docstring) and its metrics. ``AdmissionMiddleware`` applies it to
+    the requests that reach the service's ASGI app; ``http_local`` applies
+    the same object to the in-process calls that skip that app's chain.
+    ``internal_token``: the service credential (``FANLINE_INTERNAL_TOKEN``);
+    only a request carrying it may mark itself as background work. None (the
+    gateway): no request may."""
 
-    def __init__(self, app: ASGIApp, *, policy: AdmissionPolicy, service: str, internal_token: str | None = None) -> None:
-        self.app = app
+    def __init__(self, policy: AdmissionPolicy, service: str, internal_token: str | None = None) -> None:
         self.policy = policy
         self.service = service
         self._token = internal_token.encode() if internal_token else None
@@ -253,35 +256,37 @@ class AdmissionMiddleware:
                 authenticated = hmac.compare_digest(value, self._token)
         return background and authenticated
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.policy.enabled or self.exempt(scope):
-            await self.app(scope, receive, send)
-            return
+    def counts(self, scope: Scope) -> bool:
+        """Whether this request passes through the gate at all."""
+        return scope["type"] == "http" and self.policy.enabled and not self.exempt(scope)
+
+    async def enter(self, scope: Scope) -> Response | None:
+        """Wait for a slot: None once admitted (pair it with ``leave``), else
+        the refusal to answer with, counted and timed."""
         started = time.perf_counter()
         self._waiting.inc()
         try:
             waited = await self.gate.enter()
         except Overloaded as exc:
             self._waiting.dec()
-            await self._refuse(scope, receive, send, exc, time.perf_counter() - started)
-            return
+            return self._refusal(scope, exc, time.perf_counter() - started)
         except BaseException:
             self._waiting.dec()
             raise
         self._waiting.dec()
         self._wait_admitted.observe(waited)
         self._in_flight.inc()
-        admitted = time.perf_counter()
-        failed = True
-        try:
-            await self.app(scope, receive, send)
-            failed = False
-        finally:
-            self._in_flight.dec()
-            sample = not failed and (scope.get("method", ""), scope.get("path", "")) not in self._unsampled
-            self.gate.leave(time.perf_counter() - admitted if sample else None)
+        return None
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, exc: Overloaded, waited: float) -> None:
+    def leave(self, scope: Scope, admitted_at: float, failed: bool) -> None:
+        """The admitted request is done; ``admitted_at``: ``perf_counter()``
+        when ``enter`` let it in (its latency teaches the adaptive limit,
+        unless it failed or its route is unsampled)."""
+        self._in_flight.dec()
+        sample = not failed and (scope.get("method", ""), scope.get("path", "")) not in self._unsampled
+        self.gate.leave(time.perf_counter() - admitted_at if sample else None)
+
+    def _refusal(self, scope: Scope, exc: Overloaded, waited: float) -> Response:
         reason = str(getattr(exc, "reason", "deadline"))
         template = route_template(scope)
         self._wait_shed.observe(waited)
@@ -289,9 +294,51 @@ class AdmissionMiddleware:
         # Counted with the other answers too, so request rates and the 5xx
         # ratio include what was refused.
         metrics.HTTP_REQUESTS.labels(self.service, scope.get("method", ""), template, "503").inc()
-        response = json_response(
+        return json_response(
             error_body("unavailable", exc.message),
             503,
             {"Retry-After": str(exc.retry_after), OVERLOADED_HEADER: self.service},
         )
-        await response(scope, receive, send)
+
+
+class AdmissionMiddleware:
+    """ASGI middleware: the service's requests pass through one ``Admission``
+    (``admission``, or one made of ``policy``, ``service`` and
+    ``internal_token``)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        policy: AdmissionPolicy | None = None,
+        service: str = "",
+        internal_token: str | None = None,
+        admission: Admission | None = None,
+    ) -> None:
+        self.app = app
+        if admission is None:
+            if policy is None:
+                raise TypeError("AdmissionMiddleware needs an admission or a policy")
+            admission = Admission(policy, service, internal_token)
+        self.admission = admission
+
+    @property
+    def gate(self) -> Gate:
+        return self.admission.gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        admission = self.admission
+        if not admission.counts(scope):
+            await self.app(scope, receive, send)
+            return
+        refusal = await admission.enter(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        admitted = time.perf_counter()
+        failed = True
+        try:
+            await self.app(scope, receive, send)
+            failed = False
+        finally:
+            admission.leave(scope, admitted, failed)

@@ -40,6 +40,22 @@ def auth_headers(token: str | None) -> dict[str, str]:
     return {HEADER: token} if token else {}
 
 
+def protected(path: str) -> bool:
+    """Whether ``path`` is part of the internal API (needs the credential)."""
+    return path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
+
+
+def presents(scope: Scope, token: bytes | None) -> bool:
+    """Whether the request in ``scope`` carries ``token`` (never without one:
+    a service started without a token refuses every internal request)."""
+    if token is None:
+        return False
+    for name, value in scope.get("headers", ()):
+        if name == _HEADER_BYTES:
+            return hmac.compare_digest(value, token)
+    return False
+
+
 class InternalAuthMiddleware:
     """ASGI middleware: ``/internal`` requests need the shared credential."""
 
@@ -51,16 +67,10 @@ class InternalAuthMiddleware:
             log.error("FANLINE_INTERNAL_TOKEN is not set: %s refuses every /internal request", service)
 
     def allowed(self, scope: Scope) -> bool:
-        if self._token is None:
-            return False
-        for name, value in scope.get("headers", ()):
-            if name == _HEADER_BYTES:
-                return hmac.compare_digest(value, self._token)
-        return False
+        return presents(scope, self._token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        if scope["type"] != "http" or not (path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")):
+        if scope["type"] != "http" or not protected(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         if not self.allowed(scope):

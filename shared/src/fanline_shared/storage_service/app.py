@@ -4,10 +4,11 @@ The kit adds what every storage service serves the same way: the lifespan
 that opens, starts and finally closes the storage (``app.state.storage``),
 the outbox routes over ``storage.outbox``, ``/healthz``, ``/readyz`` (the
 storage answers, and the service's own ``checks``; ``/metrics`` is on the
-metrics port, ``http_server.MetricsPort``), and the middlewares — request id
-(outermost: every answer carries it), admission control, then the internal
-credential. The service's own start-up and shutdown run inside, in
-``running``.
+metrics port, ``http_server.MetricsPort``), and the middlewares (``guard``)
+— request id (outermost: every answer carries it), admission control, then
+the internal credential — whose steps callers in the same process take
+without the chain (``http_local.InProcess``). The service's own start-up and
+shutdown run inside, in ``running``.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from .. import metrics
-from ..admission import AdmissionMiddleware
+from ..admission import Admission, AdmissionMiddleware
+from ..http_local import InProcess
 from ..http_routes import EXCEPTION_HANDLERS, ReadinessCheck, ops_routes
 from ..internal_auth import InternalAuthMiddleware
 from ..logs import RequestIdMiddleware
 from ..outbox.routes import outbox_routes
+from ..policies import AdmissionPolicy
 from .settings import StorageServiceSettings
 from .storage import ServiceStorage
 
@@ -74,7 +77,17 @@ def storage_app(
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
     )
-    app.add_middleware(InternalAuthMiddleware, token=settings.internal_token, service=service)
-    app.add_middleware(AdmissionMiddleware, policy=settings.admission, service=service, internal_token=settings.internal_token)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every answer carries the id
+    guard(app, service, settings.admission, settings.internal_token)
     return app
+
+
+def guard(app: Starlette, service: str, policy: AdmissionPolicy, token: str | None) -> None:
+    """The kit's middlewares on ``app`` — request id (outermost: every answer
+    carries it), admission control (``policy``), the internal credential
+    (``token``) — and the same steps for callers in this process without the
+    chain (``app.state.in_process``, ``http_local.InProcess``)."""
+    admission = Admission(policy, service, token)
+    app.add_middleware(InternalAuthMiddleware, token=token, service=service)
+    app.add_middleware(AdmissionMiddleware, admission=admission)
+    app.add_middleware(RequestIdMiddleware)
+    app.state.in_process = InProcess(app.router.routes, admission, token.encode() if token else None)
