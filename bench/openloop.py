@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -255,13 +256,19 @@ def idle(s: Scope, target: Target, seconds: float, rate: float) -> None:
         s("idle_cpu_s_per_1k", 1000 * cores / rate, process=process)
 
 
-def run_step(s: Scope, target: Target, rate: float, seconds: float, mix: Mix = MIX) -> tuple[Summary, float | None]:
-    """One open-loop run, recorded in ``s``: the client's summary and the delivery lag p99 (ms)."""
+def run_step(
+    s: Scope, target: Target, rate: float, seconds: float, mix: Mix = MIX, together: threading.Barrier | None = None
+) -> tuple[Summary, float | None]:
+    """One open-loop run, recorded in ``s``: the client's summary and the delivery lag p99 (ms).
+    ``together``: the load starts once every run step sharing this barrier is ready for it
+    (two systems under load at once, ``paired_cost``)."""
     rng, workdir = random.Random(f"{s.scenario}-{rate}-{s.labels}"), Path(tempfile.mkdtemp(prefix="fanline-vegeta-"))
     requests = make_targets(target.pop, target.api, max(1, int(rate * seconds)), rng, mix)
     (targets := workdir / "targets.jsonl").write_text("".join(json.dumps(t) + "\n" for t in requests))
     urls = target.metrics()
     drain_workers(urls, 120.0)  # what came before (seeding, the previous step) is delivered first
+    if together is not None:
+        together.wait(timeout=600)
     before, cpu0 = {n: probes.scrape(u) for n, u in urls.items()}, probes.cpu_clocks(target.pids())
     outcomes, vegeta_cpu = attack(targets, rate, seconds)
     shutil.rmtree(workdir, ignore_errors=True)

@@ -4,6 +4,7 @@
     python -m bench.run --quick                # a few minutes (make bench-quick): bench/results/quick/
     python -m bench.run --only celebrity       # some scenarios, merged into the previous results
     python -m bench.run --baseline-ref 5e0d410 --only baseline_ref   # capacity beside a git ref
+    python -m bench.run --set paired_cost.ref=HEAD~1 --only paired_cost   # a change's cost: both under load at once
     python -m bench.run --render               # the page again from latest.json, nothing run
 
 Starts (or reuses) the engines through ``deploy.local.infra`` and its own

@@ -1,11 +1,15 @@
 """The open-loop scenarios (``bench.openloop``): ``mixed``, ``route_cost``, ``saturation``,
-``overload``, ``mixed_embedded`` and ``baseline_ref`` (docs/benchmark-methods.md)."""
+``overload``, ``mixed_embedded``, ``baseline_ref`` and ``paired_cost`` (docs/benchmark-methods.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import threading
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fanline_shared import cassandra as cql
@@ -159,21 +163,79 @@ async def baseline_ref(ctx: Ctx, p: dict[str, Any]) -> None:
     for r in range(p["rounds"]):
         for k, name in enumerate(list(sides) if r % 2 == 0 else list(sides)[::-1]):
             side = f"{ctx.tag}{'c' if name == 'current' else 'b'}{r}"
-            env = ctx.system_env(side) | dict(item.split("=", 1) for item in ctx.args.env)
-            port, log = ctx.args.base_port + 300 + 10 * k, ctx.logs / f"ref-{side}.log"
+            say(f"baseline ref: round {r + 1}, {name} ({sides[name]})")
             # --colocate is this checkout's layout only: a ref from before it has no such flag.
             colocate = ctx.args.colocate and name == "current"
-            system = CliSystem(sides[name], port, env, log, ctx.args.fanout_replica, ctx.args.background_nice, colocate)
-            say(f"baseline ref: round {r + 1}, {name} ({sides[name]})")
-            await asyncio.to_thread(system.start, ctx.tmp / f"ref-{side}")
-            try:
-                pop = await openloop.seed(system.api, f"q{side}", p["users"], p["mean_following"], random.Random(ctx.tag))
-                target = Target(system.api, system.metrics_urls, with_engines(ctx, system.pids), pop)
+            async with started(ctx, sides[name], side, 300 + 10 * k, p, colocate=colocate, engines=True) as target:
                 capacities[name].append(await curve(ctx, "baseline_ref", p, target, system=name, round=r + 1))
-            finally:
-                await asyncio.to_thread(system.stop)
-                if not ctx.args.keep:
-                    for ks in ("social_graph", "tweet_store"):
-                        await cql.execute(ctx.session, f"DROP KEYSPACE IF EXISTS bench_{side}_{ks}", name="bench_drop")
-                    await delete_topics(ctx.infra.kafka_bootstrap, (f"bench.{side}.",))
     ctx.rec.scope("baseline_ref").repeated("capacity_ratio", capacities["current"], capacities[sha[:7]])
+
+
+async def paired_cost(ctx: Ctx, p: dict[str, Any]) -> None:
+    """This checkout and a git ref (``ref``, else ``--baseline-ref``) under load at once: the
+    same mix at the same rate to each, from populations of the same shape, the two load windows
+    begun together. Each system's own processes' CPU per 1,000 requests, and their ratio round
+    by round: both share the machine's state of the moment, which moves the cost of one system
+    between runs by more than most code changes (docs/benchmark-methods.md, "paired_cost")."""
+    ref = p["ref"] or ctx.args.baseline_ref
+    if not ref:
+        ctx.rec.add(
+            "paired_cost", "not_measured", "not measured: run with --baseline-ref <git ref> or --set paired_cost.ref=<git ref>"
+        )
+        return
+    root, sha = await asyncio.to_thread(checkout, ref, say)
+    ctx.rec.add("paired_cost", "ref", sha)
+    await asyncio.to_thread(ctx.system.stop)  # the two systems share the engines with nothing else
+    # The ref's layout is this checkout's where the ref has it (a ref from before --colocate has not).
+    launcher = "".join(f.read_text() for f in (root / "deploy" / "local").glob("system*.py"))
+    colocate = ctx.args.colocate and '"--colocate"' in launcher
+    layout = {True: "colocated", False: "a process per service"}
+    ctx.rec.add("paired_cost", "layouts", f"{layout[ctx.args.colocate]} / {layout[colocate]}")
+    # Their Fanline processes only: the engines serve both at once.
+    async with started(ctx, REPO, f"{ctx.tag}pc", 400, p, colocate=ctx.args.colocate, engines=False) as current:
+        async with started(ctx, root, f"{ctx.tag}pr", 410, p, colocate=colocate, engines=False) as base:
+            costs: dict[str, list[float | None]] = {"current": [], "ref": []}
+            for r in range(p["rounds"]):
+                say(f"paired cost: round {r + 1}, this checkout and {sha[:7]} at {p['rate']:g}/s each for {p['duration_s']:g} s")
+                together = threading.Barrier(2)
+                sides = {"current": current, "ref": base}
+                await asyncio.gather(
+                    *(
+                        asyncio.to_thread(
+                            openloop.run_step,
+                            ctx.rec.scope("paired_cost", system=name, round=r + 1),
+                            target,
+                            p["rate"],
+                            p["duration_s"],
+                            MIX,
+                            together,
+                        )
+                        for name, target in sides.items()
+                    )
+                )
+                for name in sides:
+                    costs[name].append(ctx.lookup("paired_cost", "cpu_s_per_1k", process="fanline", system=name, round=r + 1))
+    ctx.rec.scope("paired_cost").repeated("cost_ratio", costs["current"], costs["ref"])
+
+
+@contextlib.asynccontextmanager
+async def started(
+    ctx: Ctx, root: Path, side: str, port_offset: int, p: dict[str, Any], *, colocate: bool, engines: bool
+) -> AsyncIterator[Target]:
+    """The system of the checkout ``root`` started fresh on the engines as ``side`` (its own
+    keyspaces and topics, dropped afterwards unless ``--keep``) with a population of its own
+    (``p``'s ``users`` and ``mean_following``), as a load target whose CPU is that of its
+    processes (and the engines', with ``engines``); stopped at the end."""
+    env = ctx.system_env(side) | dict(item.split("=", 1) for item in ctx.args.env)
+    port, log = ctx.args.base_port + port_offset, ctx.logs / f"ref-{side}.log"
+    system = CliSystem(root, port, env, log, ctx.args.fanout_replica, ctx.args.background_nice, colocate)
+    await asyncio.to_thread(system.start, ctx.tmp / f"ref-{side}")
+    try:
+        pop = await openloop.seed(system.api, f"q{side}", p["users"], p["mean_following"], random.Random(ctx.tag))
+        yield Target(system.api, system.metrics_urls, with_engines(ctx, system.pids) if engines else system.pids, pop)
+    finally:
+        await asyncio.to_thread(system.stop)
+        if not ctx.args.keep:
+            for ks in ("social_graph", "tweet_store"):
+                await cql.execute(ctx.session, f"DROP KEYSPACE IF EXISTS bench_{side}_{ks}", name="bench_drop")
+            await delete_topics(ctx.infra.kafka_bootstrap, (f"bench.{side}.",))

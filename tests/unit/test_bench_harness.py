@@ -233,6 +233,50 @@ def test_idle_cost_is_each_process_share_of_a_core_and_its_part_of_a_request_at_
     assert got.num("mixed", "idle_cpu_s_per_1k", process="api") == pytest.approx(busy_percent / 5, rel=1e-3)
 
 
+def test_paired_steps_begin_their_load_together_and_count_each_systems_own_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``paired_cost``: two ``run_step``s sharing a barrier start their attacks together, even
+    when one system's drain of what came before takes longer; each counts its own processes."""
+    a = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # system "busy": a spinning process
+    b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started: dict[str, float] = {}
+
+    def drain(urls: dict[str, str], timeout_s: float) -> None:
+        if urls.get("late") and timeout_s > 60:  # the first drain of one system only
+            time.sleep(0.5)
+
+    def attack(targets: Path, rate: float, seconds: float) -> tuple[list[openloop.Outcome], float]:
+        started[targets.read_text().split('"url": "', 1)[1].split("/", 3)[2]] = time.monotonic()
+        time.sleep(seconds)
+        return [(0, 200, 1.0, "home", False)], 0.0
+
+    monkeypatch.setattr(openloop, "drain_workers", drain)
+    monkeypatch.setattr(openloop, "attack", attack)
+    monkeypatch.setattr(probes, "scrape", lambda url: {})
+    rec, pop = rows.Recorder("r"), openloop.Population({"u": ()}, {"u": "t"})
+    systems = {
+        "busy": openloop.Target("http://busy", lambda: {"late": "x"}, lambda: {"api": a.pid}, pop),
+        "calm": openloop.Target("http://calm", lambda: {}, lambda: {"api": b.pid}, pop),
+    }
+    together = threading.Barrier(2)
+    try:
+        steps = [
+            threading.Thread(
+                target=openloop.run_step, args=(rec.scope("paired_cost", system=n), t, 2.0, 1.0, {"home": 1.0}, together)
+            )
+            for n, t in systems.items()
+        ]
+        for t in steps:
+            t.start()
+        for t in steps:
+            t.join(10)
+    finally:
+        a.kill(), b.kill()
+    assert abs(started["busy"] - started["calm"]) < 0.1  # not the 0.5 s one drain took longer
+    got = rows.Results(rec.rows)
+    busy, calm = (got.num("paired_cost", "cpu_s_per_1k", process="fanline", system=n) or 0 for n in systems)
+    assert busy > 100 * max(calm, 0.001)  # 2 requests: the spinning process's second is ~500 CPU-s per 1,000
+
+
 def test_a_checkouts_services_are_named_as_its_launcher_names_them(tmp_path: Path) -> None:
     """Each child of the supervisor by the module it runs; a second store is its fan-out replica."""
     sleeper = "import time; time.sleep(60)"
