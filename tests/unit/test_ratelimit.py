@@ -4,6 +4,7 @@ HTTP behaviour is tested end to end in tests/e2e/test_abuse.py."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -149,6 +150,35 @@ async def test_memory_counters_decide_as_the_library_storage_does(clock: Clock) 
         for key in ("a", "b", "a"):
             assert await ours.hit(item, key) == await theirs.hit(item, key), (at, key)
             assert await ours.get_window_stats(item, key) == await theirs.get_window_stats(item, key), (at, key)
+
+
+async def test_the_memory_limiters_one_call_hit_decides_and_reports_as_the_library_does(clock: Clock) -> None:
+    """``Limiter.hit`` on the default counters (``MemoryCounters.hit_now``, one
+    synchronous call) gives the verdict, remaining and reset that the library's
+    strategy gives with ``hit`` and then ``get_window_stats`` on its own storage,
+    through window turns, a full window, an expiry, and limits of 1 and 0."""
+    ours = Limiter(settings())
+    assert ours._memory is not None  # the one-call path is the one taken
+    theirs = limits.aio.strategies.SlidingWindowCounterRateLimiter(limits.aio.storage.memory.MemoryStorage())
+    items = [limits.parse("5 per 10 seconds"), limits.parse("1 per 2 seconds"), limits.parse("0 per minute")]
+    steps = [0.0, 0.1, 0.2, 1.0, 1.0, 2.5, 3.0, 9.9, 10.05, 10.1, 11.0, 14.0, 19.99, 20.5, 27.0, 60.0, 60.1, 60.1]
+    for at in steps:
+        clock.now = 1_800_000_000.0 + at
+        for item in items:
+            for key in ("user", "a", "user"):
+                allowed = await theirs.hit(item, "user", key)
+                stats = await theirs.get_window_stats(item, "user", key)
+                expected = ratelimit.Decision(
+                    allowed, item.amount, max(0, stats.remaining), max(0, math.ceil(stats.reset_time - clock.now))
+                )
+                assert await ours.hit(item, "user", key) == expected, (at, str(item), key)
+    # The library's own reads of the counters hit_now wrote agree (``test``: the log-in guard's path).
+    clock.now += 0.5
+    for item in items:
+        stats = await theirs.get_window_stats(item, "user", "a")
+        reset = max(0, math.ceil(stats.reset_time - clock.now))
+        expected = ratelimit.Decision(await theirs.test(item, "user", "a"), item.amount, max(0, stats.remaining), reset)
+        assert await ours.test(item, "user", "a") == expected
 
 
 async def test_memory_counters_sweep_expired_keys_now_and_then_not_per_hit(clock: Clock) -> None:
