@@ -34,7 +34,9 @@ context, which holds the id the chain would bind (one is bound when the
 caller has none). Anything the short way does not serve — a credential
 refused, a path or method no route serves, a streamed answer — goes through
 the whole app as before, so those answers are the chain's own (issue 31:
-the chain was a quarter of the hosted stores' CPU per call).
+the chain was a fifth of a warm call's CPU, ``python -m bench.local_call``;
+what that does to the whole system's cost was below what ``paired_cost``
+resolves, docs/benchmarks.md).
 """
 
 from __future__ import annotations
