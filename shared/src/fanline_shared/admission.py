@@ -38,7 +38,8 @@ import hmac
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from starlette.responses import Response
 from starlette.routing import Match
@@ -52,6 +53,7 @@ from .internal_auth import HEADER as INTERNAL_TOKEN_HEADER
 from .policies import AdmissionPolicy
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _PRIORITY = PRIORITY_HEADER.encode()
 _BACKGROUND = (BACKGROUND.encode(), BULK.encode())  # a large fan-out's slices are background work too
 _TOKEN = INTERNAL_TOKEN_HEADER.encode()
@@ -278,6 +280,23 @@ class Admission:
         self._in_flight.inc()
         return None
 
+    async def around(self, scope: Scope, call: Callable[[], Awaitable[T]], refused: Callable[[Response], Awaitable[T]]) -> T:
+        """``call()`` through the gate: at once when the request does not count
+        (``counts``), else once admitted, its slot freed after it (``leave``);
+        ``refused(response)`` instead when it is shed."""
+        if not self.counts(scope):
+            return await call()
+        refusal = await self.enter(scope)
+        if refusal is not None:
+            return await refused(refusal)
+        admitted, failed = time.perf_counter(), True
+        try:
+            result = await call()
+            failed = False
+        finally:
+            self.leave(scope, admitted, failed)
+        return result
+
     def leave(self, scope: Scope, admitted_at: float, failed: bool) -> None:
         """The admitted request is done; ``admitted_at``: ``perf_counter()``
         when ``enter`` let it in (its latency teaches the adaptive limit,
@@ -327,18 +346,7 @@ class AdmissionMiddleware:
         return self.admission.gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        admission = self.admission
-        if not admission.counts(scope):
-            await self.app(scope, receive, send)
-            return
-        refusal = await admission.enter(scope)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
-        admitted = time.perf_counter()
-        failed = True
-        try:
-            await self.app(scope, receive, send)
-            failed = False
-        finally:
-            admission.leave(scope, admitted, failed)
+        async def refused(response: Response) -> None:
+            await response(scope, receive, send)
+
+        await self.admission.around(scope, lambda: self.app(scope, receive, send), refused)

@@ -43,8 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -75,11 +74,9 @@ class Admitting(Protocol):
     """What ``InProcess`` needs of ``admission.Admission`` (not imported:
     admission imports the peer client, which imports this module)."""
 
-    def counts(self, scope: dict[str, Any]) -> bool: ...
-
-    async def enter(self, scope: dict[str, Any]) -> Response | None: ...
-
-    def leave(self, scope: dict[str, Any], admitted_at: float, failed: bool) -> None: ...
+    async def around(
+        self, scope: dict[str, Any], call: Callable[[], Awaitable[Answer]], refused: Callable[[Response], Awaitable[Answer]]
+    ) -> Answer: ...
 
 
 @dataclass(frozen=True)
@@ -198,19 +195,13 @@ class LocalPeer:
         return await self._admitted(short, route, scope, exchange)
 
     async def _admitted(self, short: InProcess, route: Route, scope: dict[str, Any], exchange: _Exchange) -> Answer:
-        admission = short.admission
-        if admission is None or not admission.counts(scope):
+        if short.admission is None:
             return await self._endpoint(route, scope, exchange)
-        refusal = await admission.enter(scope)
-        if refusal is not None:
-            return _answer_of(refusal)
-        admitted, failed = time.perf_counter(), True
-        try:
-            answer = await self._endpoint(route, scope, exchange)
-            failed = False
-        finally:
-            admission.leave(scope, admitted, failed)
-        return answer
+
+        async def refused(response: Response) -> Answer:
+            return _answer_of(response)
+
+        return await short.admission.around(scope, lambda: self._endpoint(route, scope, exchange), refused)
 
     async def _endpoint(self, route: Route, scope: dict[str, Any], exchange: _Exchange) -> Answer:
         try:

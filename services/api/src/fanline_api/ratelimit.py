@@ -267,14 +267,15 @@ class MemoryCounters(MemoryStorage):
         current = self._count(current_key, now)
         previous_ttl = 0.0 if previous == 0 else (1 - (((now - expiry) / expiry) % 1)) * expiry
         current_ttl = (1 - ((now / expiry) % 1)) * expiry + expiry
-        allowed = math.floor(previous * previous_ttl / expiry + current) + 1 <= limit
+        carried = previous * previous_ttl / expiry  # the previous window's weighted share
+        allowed = math.floor(carried + current) + 1 <= limit
         if allowed:
             self._sweep_now_and_then()
             current += 1
             self.storage[current_key] = current
             if current == 1:
                 self.expirations[current_key] = now + 2 * expiry
-        remaining = max(0, limit - math.floor(previous * previous_ttl / expiry + current))
+        remaining = max(0, limit - math.floor(carried + current))
         if not (previous or current):
             return Decision(allowed, limit, remaining, 0)
         reset_in = min(
