@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import threading
@@ -198,7 +199,30 @@ def _bodies(items: list[dict[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
-def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
+def _brief(line: str) -> str:
+    """A JSON log line's telling fields (where the event was, what happened)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line[:300]
+    keys = ("timestamp", "event", "partition", "offset", "reason", "error", "rows", "followers")
+    return " ".join(f"{k}={record[k]}" for k in keys if k in record)
+
+
+def explain(log_dir: Path | None, tweet_ids: list[str], limit: int = 3) -> None:
+    """Print what the services logged about the first ``limit`` of
+    ``tweet_ids`` (the worker's lines carry each event's partition and
+    offset), or that nothing did: a lost tweet then says where it went."""
+    if log_dir is None or not log_dir.is_dir():
+        return
+    logs = {p.stem: p.read_text(errors="replace").splitlines() for p in sorted(log_dir.glob("*.log"))}
+    for tid in tweet_ids[:limit]:
+        lines = [f"    {name}: {_brief(line)}" for name, text in logs.items() for line in text if tid in line]
+        print(f"  {tid} in the services' logs: {len(lines)} line(s)")
+        print("\n".join(lines[:8]))
+
+
+def verify(api: Api, load: Load, timeout: float = 120.0, log_dir: Path | None = None) -> tuple[int, int]:
     """``(lost, duplicated)`` among the acknowledged tweets, once fan-out has
     caught up (every reader's home timeline holds every acknowledged tweet, or
     ``timeout`` passed).
@@ -223,6 +247,10 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
         pass  # counted as lost below
     lost: set[str] = set()
     duplicated = 0
+    # Where each lost tweet is missing (printed when any is): a userline, the
+    # single read, or which readers' home timelines; a failed run says where
+    # to look (the gateway's write, or fan-out) without its logs.
+    missing: dict[str, list[str]] = {}
     for author, _ in load.posters:
         by_body = _bodies(api.all_items(f"/v1/users/{author}/tweets"))
         for body, (a, tid) in acked.items():
@@ -231,6 +259,7 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
             ids = by_body.get(body, [])
             if tid not in ids:
                 lost.add(tid)
+                missing.setdefault(tid, []).append(f"userline of {author}")
             duplicated += max(0, len(ids) - 1)
     # The userline pages above are hydrated from the tweets table already; a
     # sample of single reads checks GET /v1/tweets/{id} too without a request
@@ -238,11 +267,19 @@ def verify(api: Api, load: Load, timeout: float = 120.0) -> tuple[int, int]:
     for tid in random.sample(sorted(want), min(len(want), 100)):
         if api.request("GET", f"/v1/tweets/{tid}").status_code != 200:
             lost.add(tid)
-    for items in homes().values():
+            missing.setdefault(tid, []).append("GET /v1/tweets/{id}")
+    for reader, items in homes().items():
         ids = [t["id"] for t in items]
+        for tid in want - set(ids):
+            missing.setdefault(tid, []).append(f"home of {reader}")
         lost |= want - set(ids)
         duplicated += len(ids) - len(set(ids))
         duplicated += sum(len(v) - 1 for b, v in _bodies(items).items() if b in acked)
+    if missing:
+        print(f"lost: {len(lost)} acknowledged tweets; where each is missing:")
+        for tid, where in sorted(missing.items()):
+            print(f"  {tid}: {', '.join(where)}")
+        explain(log_dir, sorted(missing))
     return len(lost), duplicated
 
 

@@ -182,7 +182,7 @@ def run_fault(system: System, api: Api, fault: Any, name: str, after: Any = None
     finally:
         load.stop()
     duration = time.monotonic() - started
-    lost, duplicated = verify(api, load)
+    lost, duplicated = verify(api, load, log_dir=system.log_dir)
     later = after() if after is not None else ""
     row = Survived(
         name,
@@ -677,7 +677,7 @@ def _roll(
         if migrate is not None and migrate.poll() is None:
             migrate.kill()
             migrate.wait()
-    lost, duplicated = verify(api, load)
+    lost, duplicated = verify(api, load, log_dir=s.log_dir)
     row = Survived(
         "rolling upgrade: 2 gateways, then 2 workers, replaced one at a time",
         time.monotonic() - started,
