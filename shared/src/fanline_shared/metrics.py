@@ -141,6 +141,16 @@ FANOUT_CHUNKS = Counter(
     "fanline_fanout_chunks_total",
     "Slices of large fan-outs handed on to the chunks topic",
 )
+# Acks the fan-out worker's consumer refused to count (fanline_fanout.offsets):
+# "unfinished", faust acking an event the pipeline never finished (one it
+# skipped after a rebalance); "gap", offsets faust would have counted as done
+# because a fetch jumped past them. Either would have committed past events
+# nobody processed; each is processed after the next rebalance or restart.
+OFFSETS_NOT_COMMITTED = Counter(
+    "fanline_fanout_offsets_not_committed_total",
+    "Offsets faust would have committed without the pipeline finishing them, refused",
+    ["reason"],
+)
 EVENT_RETRIES = Counter("fanline_event_retries_total", "Transient failures retried", ["type"])
 DEAD_LETTERED = Counter("fanline_events_dead_lettered_total", "Events sent to the dead-letter topic", ["reason"])
 

@@ -9,7 +9,9 @@ Delivery guarantees, and the faust pitfalls they work around:
   arrives and a slot is free (no batch barrier: a slow event holds up only its
   own author). Acks are manual and go out in each partition's offset order,
   once an event and all before it are done, so an offset is committed only
-  after its rows were written. A crash redelivers from the first event not
+  after its rows were written. faust's own acks of events the pipeline never
+  finished (those it skips after a rebalance) and of fetch gaps are refused
+  (``offsets.FinishedOnlyConsumer``). A crash redelivers from the first event not
   done; rows are keyed by ``(owner, tweet_id)``, so rewrites create no
   duplicates. (One event at a time left tweet-store idle between tweets:
   measured, one worker wrote half the bare-driver rate.)
@@ -50,6 +52,7 @@ from fanline_shared.outbox import AppliedAcks
 from . import __version__
 from .config import Settings
 from .handlers import FanoutHandlers
+from .offsets import FinishedOnlyConsumer, finished
 from .pipeline import OrderedPipeline
 from .processor import Processor
 
@@ -71,6 +74,11 @@ class FanoutApp(faust.App):
 
     hosting: Hosting | None = None
     _hosting_started = False
+
+    def _new_transport(self) -> Any:
+        transport = super()._new_transport()
+        transport.Consumer = FinishedOnlyConsumer  # acks count only for finished events
+        return transport
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -188,9 +196,12 @@ def create_app(settings: Settings, hosted: list[Part] | None = None) -> faust.Ap
         message = event.message
         origin = {"topic": message.topic, "partition": str(message.partition), "offset": str(message.offset)}
         # The request that caused the event (its Kafka header): on every log
-        # line of this event and every call it makes (tweet-store, social-graph).
+        # line of this event and every call it makes (tweet-store, social-graph);
+        # and where the event is in its topic (an offset question is then one
+        # grep of the log away).
         request_id = request_id_from_kafka(message.headers)
-        with bound_contextvars(**({"request_id": request_id} if request_id else {})):
+        rid = {"request_id": request_id} if request_id else {}
+        with bound_contextvars(partition=message.partition, offset=message.offset, **rid):
             settled = await processor.process(event.key, event.value, origin)
         if acks is not None and settled is not None and not isinstance(settled, events.FanoutChunk):
             acks.applied(settled)
@@ -199,8 +210,13 @@ def create_app(settings: Settings, hosted: list[Part] | None = None) -> faust.Ap
     async def consume(stream: Any, window: int) -> None:
         """Feed the stream through an ``OrderedPipeline`` with manual acks."""
         stream.enable_acks = False  # acked by the pipeline, in offset order (as take_events does)
+
+        async def ack(event: Any) -> None:
+            finished(event.message)  # the only acks FinishedOnlyConsumer counts
+            await stream.ack(event)
+
         pipeline: OrderedPipeline[Any] = OrderedPipeline(
-            handle, stream.ack, key=lambda event: event.key, partition=lambda event: event.message.tp, window=window
+            handle, ack, key=lambda event: event.key, partition=lambda event: event.message.tp, window=window
         )
         try:
             async for event in stream.events():

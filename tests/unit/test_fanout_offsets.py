@@ -1,0 +1,103 @@
+"""The worker's consumer commits only offsets the pipeline finished
+(``fanline_fanout.offsets``): faust's acks of skipped messages and its
+fetch gaps never move a commit past an event nobody processed.
+
+Each case runs on faust's own consumer too: there it commits past the
+unprocessed offsets (the hazard), here it stops in front of them. The
+consumer is the real class of a worker's app, never started (no broker):
+only its offset bookkeeping runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from faust.transport.drivers.aiokafka import Consumer
+from faust.types import TP
+from faust.types.tuples import ConsumerMessage
+
+from fanline_fanout.app import create_app
+from fanline_fanout.config import Settings
+from fanline_fanout.offsets import FinishedOnlyConsumer, finished
+from fanline_shared import metrics
+
+COMMITTED = 100
+
+
+@pytest.fixture(params=["fanline", "faust"])
+def consumer(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+    env = {**os.environ, "FANLINE_INTERNAL_TOKEN": "t" * 32, "FANLINE_DATA_DIR": str(tmp_path)}
+    app = create_app(Settings.from_env(env))
+    if request.param == "faust":
+        app.transport.Consumer = Consumer  # faust's own, for the comparison
+    c = app.consumer
+    assert type(c) is (FinishedOnlyConsumer if request.param == "fanline" else Consumer)
+    app.topics.acks_enabled_for = lambda topic: True  # the agents' topics once started
+    c.kind = request.param
+    yield c
+
+
+TP0 = TP("fanline.events", 0)
+
+
+def message(offset: int) -> ConsumerMessage:
+    return ConsumerMessage(TP0.topic, TP0.partition, offset, 0.0, 0, [], b"author", b"{}", None, tp=TP0, generation_id=2)
+
+
+def done(consumer: Any, offset: int) -> None:
+    """What the pipeline does once the event at ``offset`` and all before it are done."""
+    m = message(offset)
+    finished(m)
+    m.ack(consumer)
+
+
+def not_committed(reason: str) -> float:
+    return metrics.OFFSETS_NOT_COMMITTED.labels(reason)._value.get()
+
+
+def test_messages_faust_skipped_and_acked_are_not_committed_past(consumer: Any) -> None:
+    """After a rebalance the stream skips (and acks) messages fetched in the
+    earlier generation: 105-109 here, never processed. The pipeline then
+    finishes 100-104 of the new generation: the commit may reach 105, no
+    further, until the pipeline finishes 105-109 themselves."""
+    consumer._committed_offset[TP0] = COMMITTED
+    before = not_committed("unfinished")
+    for offset in range(105, 110):
+        message(offset).ack(consumer)  # Stream._py_aiter's ack of a skipped message
+    for offset in range(100, 105):
+        done(consumer, offset)
+    if consumer.kind == "faust":
+        assert consumer._new_offset(TP0) == 110  # past five events nobody processed
+        return
+    assert consumer._new_offset(TP0) == 105
+    consumer._committed_offset[TP0] = 105  # as the commit of 105 does
+    assert not_committed("unfinished") == before + 5
+    for offset in range(105, 110):
+        done(consumer, offset)  # redelivered in the new generation and finished
+    assert consumer._new_offset(TP0) == 110
+
+
+@pytest.mark.parametrize(("log_start", "committable"), [(0, 101), (104, 104)])
+def test_a_fetch_gap_counts_as_done_only_where_retention_deleted_it(consumer: Any, log_start: int, committable: int) -> None:
+    """A fetch jumps from 100 to 106 (faust's read offset ran ahead of a
+    seek: 101-105 were dropped, not processed). Only offsets below the log
+    start (deleted by retention) may count as done."""
+    consumer._committed_offset[TP0] = COMMITTED
+
+    async def earliest_offsets(*tps: TP) -> dict[TP, int]:
+        return {tp: log_start for tp in tps}
+
+    consumer.earliest_offsets = earliest_offsets
+    before = not_committed("gap")
+    done(consumer, 100)
+    asyncio.run(consumer._add_gap(TP0, 101, 106))  # Consumer._drain_messages on the jump
+    done(consumer, 106)
+    if consumer.kind == "faust":
+        assert consumer._new_offset(TP0) == 107  # past 101-105
+        return
+    assert consumer._new_offset(TP0) == committable
+    assert not_committed("gap") == before + (106 - max(101, log_start))
