@@ -205,7 +205,7 @@ def _brief(line: str) -> str:
         record = json.loads(line)
     except ValueError:
         return line[:300]
-    keys = ("timestamp", "event", "partition", "offset", "reason", "error", "rows", "followers")
+    keys = ("timestamp", "event", "partition", "offset", "first", "last", "reason", "error", "rows", "followers")
     return " ".join(f"{k}={record[k]}" for k in keys if k in record)
 
 
@@ -216,6 +216,10 @@ def explain(log_dir: Path | None, tweet_ids: list[str], limit: int = 3) -> None:
     if log_dir is None or not log_dir.is_dir():
         return
     logs = {p.stem: p.read_text(errors="replace").splitlines() for p in sorted(log_dir.glob("*.log"))}
+    # The fan-out worker's notes on offsets it did not commit or saw skipped.
+    notes = [f"    {name}: {_brief(line)}" for name, text in logs.items() for line in text if '"offsets.' in line]
+    print(f"  offsets.* lines in the services' logs: {len(notes)}")
+    print("\n".join(notes[:10]))
     for tid in tweet_ids[:limit]:
         lines = [f"    {name}: {_brief(line)}" for name, text in logs.items() for line in text if tid in line]
         print(f"  {tid} in the services' logs: {len(lines)} line(s)")

@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog.testing
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 from faust.types.tuples import ConsumerMessage
 
 from fanline_fanout.app import create_app
 from fanline_fanout.config import Settings
-from fanline_fanout.offsets import FinishedOnlyConsumer, finished
+from fanline_fanout.offsets import FinishedOnlyConsumer, JumpWatch, finished
 from fanline_shared import metrics
 
 COMMITTED = 100
@@ -32,9 +33,15 @@ COMMITTED = 100
 def consumer(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     env = {**os.environ, "FANLINE_INTERNAL_TOKEN": "t" * 32, "FANLINE_DATA_DIR": str(tmp_path)}
     app = create_app(Settings.from_env(env))
-    if request.param == "faust":
-        app.transport.Consumer = Consumer  # faust's own, for the comparison
-    c = app.consumer
+    if request.param == "fanline":
+        c = app.consumer
+    else:  # faust's own, created as App._new_consumer does, for the comparison
+        c = Consumer(
+            app.transport,
+            callback=app.topics.on_message,
+            on_partitions_revoked=app._on_partitions_revoked,
+            on_partitions_assigned=app._on_partitions_assigned,
+        )
     assert type(c) is (FinishedOnlyConsumer if request.param == "fanline" else Consumer)
     app.topics.acks_enabled_for = lambda topic: True  # the agents' topics once started
     c.kind = request.param
@@ -101,3 +108,16 @@ def test_a_fetch_gap_counts_as_done_only_where_retention_deleted_it(consumer: An
         return
     assert consumer._new_offset(TP0) == committable
     assert not_committed("gap") == before + (106 - max(101, log_start))
+
+
+def test_a_hole_in_one_generation_is_logged_and_a_new_generation_is_not() -> None:
+    """Offsets delivered 100, 101, 105 in one generation: 102-104 never
+    reached the stream. A new generation starting lower is a redelivery."""
+    watch = JumpWatch()
+    with structlog.testing.capture_logs() as logged:
+        for offset, generation in ((100, 2), (101, 2), (105, 2), (90, 3), (91, 3)):
+            m = message(offset)
+            m.generation_id = generation
+            watch.saw(m)
+    jumps = [e for e in logged if e["event"] == "offsets.jump"]
+    assert [(e["first"], e["last"], e["generation"]) for e in jumps] == [(102, 104, 2)]

@@ -52,7 +52,7 @@ from fanline_shared.outbox import AppliedAcks
 from . import __version__
 from .config import Settings
 from .handlers import FanoutHandlers
-from .offsets import FinishedOnlyConsumer, finished
+from .offsets import FinishedOnlyTransport, JumpWatch, finished
 from .pipeline import OrderedPipeline
 from .processor import Processor
 
@@ -76,9 +76,9 @@ class FanoutApp(faust.App):
     _hosting_started = False
 
     def _new_transport(self) -> Any:
-        transport = super()._new_transport()
-        transport.Consumer = FinishedOnlyConsumer  # acks count only for finished events
-        return transport
+        # As faust's (the brokers are always kafka://), with a consumer whose
+        # acks count only for events the pipeline finished.
+        return FinishedOnlyTransport(self.conf.broker_consumer, self)
 
     async def on_start(self) -> None:
         await super().on_start()
@@ -218,8 +218,10 @@ def create_app(settings: Settings, hosted: list[Part] | None = None) -> faust.Ap
         pipeline: OrderedPipeline[Any] = OrderedPipeline(
             handle, ack, key=lambda event: event.key, partition=lambda event: event.message.tp, window=window
         )
+        jumps = JumpWatch()
         try:
             async for event in stream.events():
+                jumps.saw(event.message)
                 await pipeline.submit(event)
         finally:
             await pipeline.close()

@@ -26,13 +26,18 @@ offsets (below the partition's log start). What it refuses is counted in
 ``fanline_fanout_offsets_not_committed_total`` and logged: the commit stays
 behind those offsets, so the events are delivered again after the next
 rebalance or restart (handlers are idempotent), never lost.
+
+``JumpWatch`` logs a partition whose events reach the stream with a hole in
+their offsets within one generation (``offsets.jump``): faust dropped the
+messages between (its read offset ahead of a seek) or counted them as a gap.
+They are not committed past either; the log line says where to look.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from faust.transport.drivers.aiokafka import Consumer
+from faust.transport.drivers.aiokafka import Consumer, Transport
 from faust.types import TP
 
 from fanline_shared import metrics
@@ -85,3 +90,26 @@ class FinishedOnlyConsumer(Consumer):  # type: ignore[misc]  # faust's classes a
                 first=max(offset_from, deleted_to + 1),
                 last=offset_to - 1,
             )
+
+
+class FinishedOnlyTransport(Transport):  # type: ignore[misc]
+    """faust's aiokafka transport, creating a ``FinishedOnlyConsumer``."""
+
+    Consumer = FinishedOnlyConsumer
+
+
+class JumpWatch:
+    """Per partition, the generation and offset of the last event the stream
+    delivered; ``saw`` logs a forward hole within one generation."""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, tuple[Any, int]] = {}
+
+    def saw(self, message: Any) -> None:
+        tp, generation, offset = message.tp, message.generation_id, message.offset
+        last = self._last.get(tp)
+        if last is not None and last[0] == generation and offset > last[1] + 1:
+            log.warning(
+                "offsets.jump", topic=tp.topic, partition=tp.partition, first=last[1] + 1, last=offset - 1, generation=generation
+            )
+        self._last[tp] = (generation, offset)
