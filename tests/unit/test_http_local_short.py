@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from structlog.contextvars import bound_contextvars
@@ -29,6 +29,8 @@ from fanline_shared.http_routes import EXCEPTION_HANDLERS, json_response, read_j
 from fanline_shared.logs import current_request_id
 from fanline_shared.policies import AdmissionPolicy, RetryPolicy
 from fanline_shared.storage_service.app import guard
+
+from .test_http_local import streamed
 
 SERVICE = "unit-short-store"
 TOKEN = "unit-short-credential"
@@ -79,13 +81,6 @@ def store(short: bool, hold: asyncio.Event, max_in_flight: int = 1) -> tuple[Sta
     async def held(_: Request) -> Response:
         await hold.wait()
         return Response(status_code=204)
-
-    async def streamed(_: Request) -> Response:
-        async def parts() -> AsyncIterator[bytes]:
-            yield b'{"a":'
-            yield b"1}"
-
-        return StreamingResponse(parts(), media_type="application/json")
 
     async def whoami(_: Request) -> Response:
         return json_response({"request_id": current_request_id()})
