@@ -303,6 +303,12 @@ def run_step(
     for q, v in lag.items():
         s("lag_ms", None if v is None else 1000 * v, stat=f"p{q}")
     s("lag_tweets", sum(probes.increase(before.get(n, {}), after[n], "fanline_delivery_lag_seconds_count") for n in workers), "")
+    # Statements per request (the drain's included: the fan-out's are the post's), each process once.
+    if sent := summary["all"]["requests"]:
+        ran = probes.statements(before, after)
+        s("statements_per_request", sum(ran.values()) / sent, "", statement="all")
+        for name, count in ran.items():
+            s("statements_per_request", count / sent, "", statement=name)
     for process, v in probes.cpu_per_1k(cpu0, cpu1, sent := summary["all"]["requests"]).items():
         s("cpu_s_per_1k", v, process=process)
     s("generator_cpu_s_per_1k", 1000 * vegeta_cpu / sent)

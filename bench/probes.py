@@ -66,6 +66,22 @@ def means(before: Page, after: Page, metric: str, filters: Sequence[str] = ()) -
     return out
 
 
+def statements(before: Mapping[str, Page], after: Mapping[str, Page]) -> dict[str, float]:
+    """Cassandra statements run between two scrapes of every page, per statement name, each
+    process counted once: the pages of services hosted in one process (``--colocate``) are one
+    registry, told apart by ``process_start_time_seconds``."""
+    out: dict[str, float] = {}
+    seen: set[float | None] = set()
+    for name, page in after.items():
+        if (started := page.get("process_start_time_seconds")) in seen and started is not None:
+            continue
+        seen.add(started)
+        for series, value in page.items():
+            if series.startswith(CQL + "_count{") and (m := re.search(r'statement="([^"]+)"', series)):
+                out[m[1]] = out.get(m[1], 0.0) + value - before.get(name, {}).get(series, 0.0)
+    return {k: v for k, v in sorted(out.items()) if v > 0}
+
+
 def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
 

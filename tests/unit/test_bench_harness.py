@@ -199,6 +199,20 @@ def test_prometheus_increases_quantiles_and_means() -> None:
     assert got == [('x_seconds{op="a"}', 20, pytest.approx(100.0))]
 
 
+def test_statements_count_each_process_once() -> None:
+    """Pages of services hosted in one process (one registry, one start time) are counted once;
+    a second process (the worker) adds its own; a page that did not answer counts nothing."""
+    c = 'fanline_cassandra_statement_duration_seconds_count{statement="%s"}'
+    gateway = {"process_start_time_seconds": 100.25}
+    worker = {"process_start_time_seconds": 100.26}
+    before = {n: gateway | {c % "home_slice": 10.0} for n in ("api", "tweet-store", "social-graph")}
+    before["fanout-worker"] = worker | {c % "home_add": 5.0}
+    after = {n: gateway | {c % "home_slice": 40.0, c % "tweet_get": 3.0} for n in ("api", "tweet-store", "social-graph")}
+    after["fanout-worker"] = worker | {c % "home_add": 25.0, c % "home_slice": 1.0}
+    after["gone"] = {}
+    assert probes.statements(before, after) == {"home_add": 20.0, "home_slice": 31.0, "tweet_get": 3.0}
+
+
 def test_proc_cpu_children_and_cost_per_thousand() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     time.sleep(0.5)  # past its start-up
