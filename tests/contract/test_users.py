@@ -91,6 +91,15 @@ async def test_get_many_by_canonical_name(social_graph: SocialGraphStorage, name
     assert await social_graph.users.get_many([unknown]) == {}
 
 
+@pytest.mark.parametrize("known", [1, 2, 4, 9])
+async def test_get_many_of_few_and_of_many_names(social_graph: SocialGraphStorage, names: Names, known: int) -> None:
+    """A handful of names (a follow's pair: one query for them all in Cassandra) and more (one
+    query each) give the same answer: every known name once, under its canonical name."""
+    users = [await social_graph.users.create(names.user(f"M{i}"), "h", utcnow()) for i in range(known)]
+    asked = [u.username.upper() for u in users] + [names.user("nobody")]
+    assert await social_graph.users.get_many(asked) == {u.username.lower(): u for u in users}
+
+
 SEARCH_SUFFIXES = ["", "0", "_", "a", "AB", "ab9", "b", "Bz", "z_z"]
 
 

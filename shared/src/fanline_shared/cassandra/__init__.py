@@ -13,7 +13,7 @@ One concern per module; every name importers use is re-exported here, so
 * ``callbacks`` — what runs on the driver thread (hand-off, error
   translation, releasing finished requests); ``window`` — the bounded
   in-flight window behind ``execute_concurrent``/``execute_each``;
-* ``batching`` — ``batch``, ``replica_batches``;
+* ``batching`` — ``batch``, ``counter_batch``, ``replica_batches``;
 * ``migrations`` — ``migrate``: keyspace creation and numbered, idempotent
   migrations;
 * ``keyspace`` — ``Keyspace`` (the ``Lifecycle`` port), ``Repository``,
@@ -26,7 +26,7 @@ One concern per module; every name importers use is re-exported here, so
 
 from __future__ import annotations
 
-from .batching import batch, replica_batches
+from .batching import batch, counter_batch, replica_batches
 from .bridge import execute, execute_concurrent, execute_each, execute_lwt
 from .connection import (
     FETCH_SIZE,
@@ -76,6 +76,7 @@ __all__ = [
     "cached_named_tuple_factory",
     "close_session",
     "connect",
+    "counter_batch",
     "drop_keyspace",
     "execute",
     "execute_concurrent",

@@ -34,6 +34,17 @@ def batch(statements: Iterable[tuple[PreparedStatement, Sequence[Any]]], *, logg
     return b
 
 
+def counter_batch(statements: Iterable[tuple[PreparedStatement, Sequence[Any]]]) -> BatchStatement:
+    """Counter updates (of any partitions) as one request, with the write
+    consistency. Not atomic across partitions, as separate updates are not;
+    never idempotent (the driver does not retry it: a retried counter
+    update could count twice)."""
+    b = BatchStatement(batch_type=BatchType.COUNTER, consistency_level=WRITE_CL)
+    for stmt, params in statements:
+        b.add(stmt, params)
+    return b
+
+
 def replica_batches(
     session: Session, statement: PreparedStatement, params_seq: Sequence[Params], *, rows: int
 ) -> list[BatchStatement]:

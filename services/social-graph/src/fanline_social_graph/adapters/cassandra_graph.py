@@ -17,6 +17,7 @@ from fanline_shared.cassandra import (
     CassandraOutbox,
     Keyspace,
     Repository,
+    counter_batch,
     execute,
     execute_concurrent,
     execute_lwt,
@@ -83,8 +84,19 @@ class CassandraFollows(Repository):
         )
         self._edge_serial.consistency_level = ConsistencyLevel.LOCAL_SERIAL
 
-    async def _write(self, statements: Sequence[tuple[PreparedStatement, Sequence[Any]]], name: str) -> None:
-        await asyncio.gather(*(execute(self._session, s, p, name=name) for s, p in statements))
+    async def _write(
+        self,
+        statements: Sequence[tuple[PreparedStatement, Sequence[Any]]],
+        name: str,
+        counters: Sequence[tuple[PreparedStatement, Sequence[Any]]] = (),
+    ) -> None:
+        """``statements`` each on its own and ``counters`` (both ends' counts)
+        as one counter batch, all at once: one request fewer per follow than
+        an update per counter (issue 31)."""
+        writes = [execute(self._session, s, p, name=name) for s, p in statements]
+        if counters:
+            writes.append(execute(self._session, counter_batch(counters), name=name))
+        await asyncio.gather(*writes)
 
     async def follow(self, follower: str, followee: str, since: datetime, event: OutboxEvent) -> bool:
         a, b = canonical(follower), canonical(followee)
@@ -93,24 +105,16 @@ class CassandraFollows(Repository):
         applied, row = await execute_lwt(self._session, self._follow, (a, b, followee, since), name="follow_edge")
         if not applied and row is not None and getattr(row, "since", None) is not None:
             since = row.since  # keep the reverse row identical to the edge
-        writes: list[tuple[PreparedStatement, Sequence[Any]]] = [
-            (self._add_follower, (b, a, follower, since)),
-        ]
-        if applied:
-            writes += [(self._bump_followers, (1, b)), (self._bump_following, (1, a))]
-        await self._write(writes, "follow_rows")
+        counters = [(self._bump_followers, (1, b)), (self._bump_following, (1, a))] if applied else []
+        await self._write([(self._add_follower, (b, a, follower, since))], "follow_rows", counters)
         return applied
 
     async def unfollow(self, follower: str, followee: str, event: OutboxEvent) -> bool:
         a, b = canonical(follower), canonical(followee)
         await self._event_first(event)
         applied, _row = await execute_lwt(self._session, self._unfollow, (a, b), name="unfollow_edge")
-        writes: list[tuple[PreparedStatement, Sequence[Any]]] = [
-            (self._remove_follower, (b, a)),
-        ]
-        if applied:
-            writes += [(self._bump_followers, (-1, b)), (self._bump_following, (-1, a))]
-        await self._write(writes, "unfollow_rows")
+        counters = [(self._bump_followers, (-1, b)), (self._bump_following, (-1, a))] if applied else []
+        await self._write([(self._remove_follower, (b, a))], "unfollow_rows", counters)
         return applied
 
     async def _event_first(self, event: OutboxEvent) -> None:

@@ -26,6 +26,7 @@ ALPHABET = "".join(sorted("abcdefghijklmnopqrstuvwxyz0123456789_"))
 _ALPHABET_SET = frozenset(ALPHABET)
 _TOP = "\U0010ffff"  # sorts after every character a username can contain
 _LOOKUP_CONCURRENCY = 64
+_IN_LOOKUP_MAX = 4  # names read with one IN query; more: one query per name (get_many)
 
 
 def prefix_partition(username_lc: str) -> str:
@@ -50,6 +51,7 @@ class CassandraUsers(Repository):
         )
         columns = "username, created_at, account_id, email"
         self._get = prepare(session, f"SELECT {columns} FROM {ks}.users WHERE username_lc = ?")
+        self._get_in = prepare(session, f"SELECT {columns} FROM {ks}.users WHERE username_lc IN ?")
         self._credentials = prepare(session, f"SELECT {columns}, password_hash FROM {ks}.users WHERE username_lc = ?")
         self._search_range = prepare(
             session,
@@ -98,6 +100,12 @@ class CassandraUsers(Repository):
         names = list(dict.fromkeys(canonical(u) for u in usernames))
         if not names:
             return {}
+        if len(names) <= _IN_LOOKUP_MAX:
+            # A few names (a follow's pair): one request for all of them. More
+            # would make one coordinator wait for every partition, so larger
+            # lookups stay one request per name, in a window.
+            rows = await execute(self._session, self._get_in, (names,), name="users_get_many")
+            return {canonical(r.username): _user(r) for r in rows}
         results = await execute_concurrent(
             self._session, self._get, [(n,) for n in names], name="users_get_many", concurrency=_LOOKUP_CONCURRENCY
         )
