@@ -6,6 +6,7 @@ HTTP hop floor's servers and client on real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -403,3 +404,48 @@ def test_the_gateway_cost_tool_drives_the_real_gateway_app() -> None:
     figures = re.findall(r"round 1: (GET \S+)\s+(\d+) µs", out.stdout)
     assert [route for route, _ in figures] == ["GET /v1/timeline", "GET /v1/users/{username}/tweets"], out.stdout
     assert all(int(us) > 0 for _, us in figures)
+
+
+def test_the_bare_gateway_parses_requests_in_pieces_and_answers_each_in_order() -> None:
+    """``bench.bare_mix``'s HTTP/1.1 (the cost floor's gateway): a request split across
+    reads, a body by ``Content-Length``, the next request waiting behind the answer of the
+    one before, the bearer token handed on, and a failing handler answered 500."""
+    from bench.bare_mix import Http
+
+    seen: list[tuple[str, str, str | None, bytes]] = []
+
+    class Gateway:
+        async def handle(self, method: str, path: str, token: str | None, body: bytes) -> tuple[int, bytes]:
+            seen.append((method, path, token, body))
+            await asyncio.sleep(0.01)
+            if path == "/boom":
+                raise RuntimeError("boom")
+            return 200, b'{"n":%d}' % len(seen)
+
+    class Transport:
+        def __init__(self) -> None:
+            self.written: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.written.append(data)
+
+    async def main() -> list[bytes]:
+        proto, transport = Http(Gateway()), Transport()  # type: ignore[arg-type]
+        proto.connection_made(transport)  # type: ignore[arg-type]
+        first = b'POST /v1/tweets HTTP/1.1\r\nAuthorization: Bearer tok\r\nContent-Length: 13\r\n\r\n{"body":"hi"}'
+        for piece in (first[:20], first[20:70], first[70:] + b"GET /boom HTTP/1.1\r\n\r\nGET /v1/timeline HTTP/1.1\r\n\r\n"):
+            proto.data_received(piece)
+        for _ in range(100):
+            if len(transport.written) == 3:
+                break
+            await asyncio.sleep(0.01)
+        return transport.written
+
+    written = asyncio.run(main())
+    assert seen == [
+        ("POST", "/v1/tweets", "tok", b'{"body":"hi"}'),
+        ("GET", "/boom", None, b""),
+        ("GET", "/v1/timeline", None, b""),
+    ]
+    assert [w.split(b"\r\n", 1)[0] for w in written] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 500 Error", b"HTTP/1.1 200 OK"]
+    assert written[0].endswith(b'{"n":1}') and written[2].endswith(b'{"n":3}')
