@@ -36,6 +36,7 @@ import orjson
 
 KEYSPACE_OWNER = "bare"
 HOME_PAGE, FOLLOWER_PAGE, MERGE_ROWS, KEEP_ROWS, BATCH_ROWS = 20, 1000, 20, 800, 10
+# The social graph's tables; the tweet-store side's are bench.cql_statements.TABLES (keyspace()).
 TABLES = [
     "CREATE TABLE IF NOT EXISTS {keyspace}.users (username_lc text PRIMARY KEY, username text, password_hash text)",
     "CREATE TABLE IF NOT EXISTS {keyspace}.sessions (session_id text PRIMARY KEY, username text)",
@@ -46,16 +47,6 @@ TABLES = [
     "CREATE TABLE IF NOT EXISTS {keyspace}.followers_active (followee_lc text, follower_lc text, "
     "PRIMARY KEY (followee_lc, follower_lc))",
     "CREATE TABLE IF NOT EXISTS {keyspace}.follow_counts (username_lc text PRIMARY KEY, followers counter, following counter)",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.tweets (tweet_id timeuuid PRIMARY KEY, username text, body text)",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.userline (username_lc text, tweet_id timeuuid, "
-    "PRIMARY KEY (username_lc, tweet_id)) WITH CLUSTERING ORDER BY (tweet_id DESC)",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.public_timeline (minute bigint, tweet_id timeuuid, "
-    "PRIMARY KEY (minute, tweet_id)) WITH CLUSTERING ORDER BY (tweet_id DESC)",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.outbox (shard int, minute bigint, event_id timeuuid, key text, payload blob, "
-    "PRIMARY KEY ((shard, minute), event_id))",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.tweet_counts (username_lc text PRIMARY KEY, tweets counter)",
-    "CREATE TABLE IF NOT EXISTS {keyspace}.home_timeline (owner_lc text, tweet_id timeuuid, author_lc text, "
-    "PRIMARY KEY (owner_lc, tweet_id)) WITH CLUSTERING ORDER BY (tweet_id DESC)",
 ]
 
 
@@ -65,8 +56,10 @@ def keyspace(env: dict[str, str]) -> Any:
     from fanline_shared.storage_service.schema import Migration
 
     from .context import storage
+    from .cql_statements import TABLES as TWEET_TABLES  # imports the driver: after prefer_sources (main)
 
-    return Keyspace(storage(env), KEYSPACE_OWNER, [Migration(1, "\n".join(t + ";" for t in TABLES))])
+    tables = [*TABLES, *TWEET_TABLES]
+    return Keyspace(storage(env), KEYSPACE_OWNER, [Migration(1, "\n".join(t + ";" for t in tables))])
 
 
 def hasher() -> Any:
