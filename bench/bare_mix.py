@@ -29,10 +29,11 @@ import secrets
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
+
+from fanline_shared.domain import utcnow
 
 KEYSPACE_OWNER = "bare"
 HOME_PAGE, FOLLOWER_PAGE, MERGE_ROWS, KEEP_ROWS, BATCH_ROWS = 20, 1000, 20, 800, 10
@@ -220,8 +221,8 @@ class Gateway:
             await self.run(st.outbox, (hash(eid) % 16, minute, eid, a, orjson.dumps(event)))
             sign = 1 if method == "PUT" else -1
             if method == "PUT":
-                applied = (await self.run(st.follow, (a, b, datetime_now())))[0][0]
-                writes = [self.run(st.follower, (b, a, datetime_now()))]
+                applied = (await self.run(st.follow, (a, b, utcnow())))[0][0]
+                writes = [self.run(st.follower, (b, a, utcnow()))]
             else:
                 await self.run(st.active_gone, (b, a))
                 applied = (await self.run(st.unfollow, (a, b)))[0][0]
@@ -234,12 +235,6 @@ class Gateway:
             await self.publish(kind, a, event)
             return 204, b""
         return 404, b'{"error":"no route"}'
-
-
-def datetime_now() -> Any:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC)
 
 
 class Http(asyncio.Protocol):
@@ -325,7 +320,7 @@ async def apply(session: Any, st: Statements, event: dict[str, Any]) -> int:
     follower, followee = d["follower"], d["followee"]
     following = bool(await run(st.edge, (follower, followee)))
     if following:
-        await run(st.follower, (followee, follower, datetime_now()))
+        await run(st.follower, (followee, follower, utcnow()))
     else:
         await run(st.follower_gone, (followee, follower))
     ids = [r.tweet_id for r in await run(st.userline, (followee, MERGE_ROWS))]
@@ -369,16 +364,14 @@ def main(argv: list[str]) -> int:
     from fanline_shared.driver_sources import prefer_sources
 
     prefer_sources()  # the driver's build the services run (fanline_shared.storage_service.main)
-
-    runs: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {"worker": serve_worker}
     if len(argv) == 2 and argv[0] == "gateway":
         uvloop.run(serve_gateway(int(argv[1])))
-        return 0
-    if len(argv) == 1 and argv[0] in runs:
-        uvloop.run(runs[argv[0]]())
-        return 0
-    print(__doc__, file=sys.stderr)
-    return 2
+    elif argv == ["worker"]:
+        uvloop.run(serve_worker())
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

@@ -304,11 +304,12 @@ def run_step(
         s("lag_ms", None if v is None else 1000 * v, stat=f"p{q}")
     s("lag_tweets", sum(probes.increase(before.get(n, {}), after[n], "fanline_delivery_lag_seconds_count") for n in workers), "")
     # Statements per request (the drain's included: the fan-out's are the post's), each process once.
-    if (sent := summary["all"]["requests"]) and (ran := probes.statements(before, after)):  # none: no metrics pages
+    sent = summary["all"]["requests"]
+    if sent and (ran := probes.statements(before, after)):  # none: no metrics pages
         s("statements_per_request", sum(ran.values()) / sent, "", statement="all")
         for name, count in ran.items():
             s("statements_per_request", count / sent, "", statement=name)
-    for process, v in probes.cpu_per_1k(cpu0, cpu1, sent := summary["all"]["requests"]).items():
+    for process, v in probes.cpu_per_1k(cpu0, cpu1, sent).items():
         s("cpu_s_per_1k", v, process=process)
     s("generator_cpu_s_per_1k", 1000 * vegeta_cpu / sent)
     return summary, None if lag[99] is None else 1000 * lag[99]

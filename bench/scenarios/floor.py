@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from fanline_shared import cassandra as cql
-from fanline_shared.domain import new_timeuuid
+from fanline_shared.domain import new_timeuuid, utcnow
 
 from .. import bare_mix, openloop
 from ..context import REPO, Ctx, delete_topics, say, stop_process, with_engines
@@ -26,7 +26,7 @@ async def seed(session: Any, st: bare_mix.Statements, pop: Population, tokens: d
     open loop's password), sessions, the follow graph (both ways, active, counted) and two
     tweets each in every follower's home timeline, as ``openloop.seed`` leaves Fanline."""
     digest = await asyncio.to_thread(bare_mix.hasher().hash, openloop.PASSWORD)
-    now = bare_mix.datetime_now()
+    now = utcnow()
     writes: list[tuple[Any, tuple[Any, ...]]] = []
     followers: dict[str, list[str]] = {u.lower(): [] for u in pop.follows}
     for user, following in pop.follows.items():
@@ -42,13 +42,7 @@ async def seed(session: Any, st: bare_mix.Statements, pop: Population, tokens: d
             tid, a = new_timeuuid(), user.lower()
             writes += [(st.tweet, (tid, user, f"tweet {i}")), (st.userline_add, (a, tid))]
             writes += [(st.home_add, (o, tid, a)) for o in [a, *followers[a]]]
-    sem = asyncio.Semaphore(64)
-
-    async def one(statement: Any, params: tuple[Any, ...]) -> None:
-        async with sem:
-            await cql.execute(session, statement, params, name="bench_bare_seed")
-
-    await asyncio.gather(*(one(s, p) for s, p in writes))
+    await cql.execute_each(session, [s.bind(p) for s, p in writes], name="bench_bare_seed", concurrency=64)
 
 
 async def cost_floor(ctx: Ctx, p: dict[str, Any]) -> None:
