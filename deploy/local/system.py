@@ -203,6 +203,18 @@ class System:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         return os.open(self.log_dir / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
+    def _log_tail(self, name: str, lines: int = 15) -> str:
+        """The last lines of ``name``'s log, to put in a start-up error: a CI
+        report shows the exception, not the artifacts where the log lies."""
+        if self.log_dir is None:
+            return ""
+        path = self.log_dir / f"{self.process_of(name)}.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return f"; the end of {path}:\n" + "\n".join(tail)
+
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         out = self._log(name)
         self.procs[name] = subprocess.Popen(
@@ -350,7 +362,7 @@ class System:
             while True:
                 proc = self.procs.get(self.process_of(name))
                 if proc is not None and proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode} during start-up")
+                    raise RuntimeError(f"{name} exited with {proc.returncode} during start-up{self._log_tail(name)}")
                 if http_ok(self.url(name) + "/readyz"):
                     break
                 if time.monotonic() > deadline:

@@ -107,3 +107,20 @@ def test_the_embedded_broker_moves_off_a_port_a_connection_holds(tmp_path: Path)
                 pass
         finally:
             system.stop_broker()
+
+
+def test_a_service_that_exits_at_start_is_reported_with_its_logs_end(tmp_path: Path) -> None:
+    """CI shows the exception, not the artifacts: the error carries the log's end."""
+    system = System(data_dir=tmp_path, log_dir=tmp_path / "logs")
+    lines = "print('\\n'.join(f'line {i}' for i in range(40)))"
+    script = f"import sys; {lines}; print('Unavailable: no schema agreement'); sys.exit(3)"
+    system._spawn("social-graph", [sys.executable, "-c", script])
+    system.procs["social-graph"].wait(30)
+    try:
+        system.wait_ready(timeout=30, services=("social-graph",))
+    except RuntimeError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("wait_ready did not notice the exit")
+    assert message.startswith("social-graph exited with 3 during start-up; the end of ")
+    assert message.endswith("Unavailable: no schema agreement") and "line 39" in message and "line 10\n" not in message

@@ -26,7 +26,9 @@ async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPa
     ran: list[str] = []
     failures = {"CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)": 2}
 
-    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+    async def execute(
+        session: Any, statement: str, params: Any = None, *, name: str, request_timeout_s: float | None = None
+    ) -> list[Any]:
         if failures.get(statement):
             failures[statement] -= 1
             raise Unavailable("cassandra: migrate failed: OperationTimedOut")
@@ -43,13 +45,49 @@ async def test_a_timed_out_statement_is_tried_again(monkeypatch: pytest.MonkeyPa
     assert any(s.startswith("INSERT INTO ks.schema_migrations") for s in ran)
 
 
+async def test_a_retry_waits_for_agreement_and_each_statement_has_the_ddl_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed-out CREATE may still be applying on its coordinator: the retry
+    comes only after the nodes were asked to agree (else another coordinator
+    could create the table a second time, under another id)."""
+    monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001, max_delay_s=0.002))
+    log: list[str] = []
+    timeouts: set[float | None] = set()
+    failures = {"CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)": 1}
+
+    async def execute(
+        session: Any, statement: str, params: Any = None, *, name: str, request_timeout_s: float | None = None
+    ) -> list[Any]:
+        if not statement.startswith("SELECT"):
+            timeouts.add(request_timeout_s)
+        log.append(statement)
+        if failures.get(statement):
+            failures[statement] -= 1
+            raise Unavailable("cassandra: migrate failed: OperationTimedOut")
+        return []
+
+    async def lease(session: Any, statement: str, params: Any = None, *, name: str) -> tuple[bool, Any]:
+        return True, None
+
+    session = fake_session()
+    session.cluster.control_connection.wait_for_schema_agreement = lambda: log.append("agree") or True
+    monkeypatch.setattr(migrations, "execute", execute)
+    monkeypatch.setattr(migrations, "execute_lwt", lease)
+    await migrations.migrate(session, "ks", 3, ["CREATE TABLE IF NOT EXISTS {keyspace}.t (k int PRIMARY KEY)"])
+    create = "CREATE TABLE IF NOT EXISTS ks.t (k int PRIMARY KEY)"
+    first, second = (i for i, entry in enumerate(log) if entry == create)
+    assert "agree" in log[first + 1 : second]
+    assert timeouts == {policies.MIGRATE_DDL_TIMEOUT_S}
+
+
 async def test_it_gives_up_after_the_policys_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, attempts=3, base_delay_s=0.001, max_delay_s=0.002)
     )
     calls = 0
 
-    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+    async def execute(
+        session: Any, statement: str, params: Any = None, *, name: str, request_timeout_s: float | None = None
+    ) -> list[Any]:
         nonlocal calls
         if statement.startswith("SELECT version FROM"):
             return []  # nothing applied yet (asked of the server)
@@ -98,7 +136,9 @@ async def test_reading_the_applied_versions_outlasts_a_table_not_yet_open(monkey
     monkeypatch.setattr(policies, "MIGRATE_STATEMENT", replace(policies.MIGRATE_STATEMENT, base_delay_s=0.001, max_delay_s=0.002))
     reads = 0
 
-    async def execute(session: Any, statement: str, params: Any = None, *, name: str) -> list[Any]:
+    async def execute(
+        session: Any, statement: str, params: Any = None, *, name: str, request_timeout_s: float | None = None
+    ) -> list[Any]:
         nonlocal reads
         if statement.startswith("SELECT version FROM ks.schema_migrations"):
             reads += 1

@@ -70,7 +70,14 @@ RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, ma
 # time out while the nodes flush and agree on the schema (seen in CI on the
 # three-node cluster: "Connection defunct by heartbeat", and the service
 # exited); it is tried again rather than failing the start.
-MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=6, base_delay_s=1.0, max_delay_s=8.0)
+MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=10, base_delay_s=1.0, max_delay_s=8.0)
+# How long one schema statement may take before it is given up and tried
+# again. Not the 10 s request timeout: on the three-node cluster of two shared
+# cores a CREATE TABLE answered in 10-25 s while the nodes flushed their schema
+# tables (local logs of 2026-12-06), so every statement timed out at least once
+# and the retries added DDL to the load that slowed it; CI once ran out of
+# attempts and social-graph exited at start.
+MIGRATE_DDL_TIMEOUT_S = 60.0
 CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 
 

@@ -84,13 +84,21 @@ class _Single:
         _post(self.loop, self.fut, None, _translate(exc, self.name))
 
 
-async def execute(session: Session, statement: Statement | str, params: Params = None, *, name: str) -> list[Row]:
-    """Run one statement and return all its rows (every page, fetched off-loop)."""
+async def execute(
+    session: Session, statement: Statement | str, params: Params = None, *, name: str, request_timeout_s: float | None = None
+) -> list[Row]:
+    """Run one statement and return all its rows (every page, fetched off-loop).
+
+    ``request_timeout_s`` replaces the session's request timeout for this
+    statement only (schema changes: ``policies.MIGRATE_DDL_TIMEOUT_S``)."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[list[Row]] = loop.create_future()
     single = _Single(loop, fut, name)
     try:
-        response = session.execute_async(statement, params)
+        if request_timeout_s is None:
+            response = session.execute_async(statement, params)
+        else:
+            response = session.execute_async(statement, params, timeout=request_timeout_s)
     except Exception as exc:
         raise _translate(exc, name) from exc
     single.response = response

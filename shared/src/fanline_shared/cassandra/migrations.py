@@ -282,12 +282,25 @@ async def _with_retry(session: Session, statement: str, params: Any = None) -> A
     """One migration statement under ``policies.MIGRATE_STATEMENT`` (safe to
     repeat: every migration is idempotent)."""
 
+    failed = 0
+
     def warn(attempt: int, exc: BaseException) -> None:
+        nonlocal failed
+        failed = attempt
         log.warning("cassandra: migration statement failed (attempt %d), retrying: %s", attempt, exc)
 
-    return await policies.retry(
-        policies.MIGRATE_STATEMENT, lambda: execute(session, statement, params, name="migrate"), on_retry=warn
-    )
+    async def once() -> Any:
+        if failed:
+            # A statement that timed out may still be applying: let the nodes
+            # agree first, so that the retry, maybe coordinated by another
+            # node, finds the table rather than creating it a second time
+            # under another id (CASSANDRA-9424). Best effort: the statement
+            # itself is what must succeed.
+            with contextlib.suppress(Unavailable):
+                await _agree(session, "the retried statement's keyspace")
+        return await execute(session, statement, params, name="migrate", request_timeout_s=policies.MIGRATE_DDL_TIMEOUT_S)
+
+    return await policies.retry(policies.MIGRATE_STATEMENT, once, on_retry=warn)
 
 
 def _check_identifier(name: str) -> None:
