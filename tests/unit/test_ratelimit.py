@@ -14,7 +14,8 @@ import limits.aio.strategies
 import pytest
 
 from fanline_api import ratelimit
-from fanline_api.ratelimit import Limiter, LoginGuard, RateLimitSettings, client_address
+from fanline_api.client_address import client_address
+from fanline_api.ratelimit import Limiter, LoginGuard, RateLimitSettings
 from fanline_shared.config import ConfigError, Env
 from fanline_shared.errors import RateLimited
 

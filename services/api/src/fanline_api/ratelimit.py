@@ -12,7 +12,7 @@ Who is counted:
   cookie) per **user** — the token is verified with social-graph once and the
   answer cached for a minute, so a forged token never charges someone else's
   budget, and an unverified one counts against its address;
-* any other request per **client address**: the socket's peer, or — only when
+* any other request per **client address** (``client_address.py``): the socket's peer, or — only when
   that peer is listed in ``FANLINE_TRUSTED_PROXIES`` — the nearest address in
   ``X-Forwarded-For`` that is not itself a trusted proxy. IPv6 clients are
   counted per /64 (one subscriber's usual allocation);
@@ -30,8 +30,6 @@ Operations routes, ``/openapi.json`` and ``/static`` are never limited.
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -55,7 +53,8 @@ from fanline_shared.domain import canonical, is_valid_username
 from fanline_shared.errors import DomainError, RateLimited, Unauthorized
 from fanline_shared.http_routes import error_body, json_response
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from .client_address import Network, client_address, trusted_networks
+
 _EXEMPT = ("/healthz", "/readyz", "/metrics", "/openapi.json")
 _EXEMPT_PREFIXES = ("/static/", "/avatars/", "/headers/")
 # The Mastodon-compatible API: Mastodon's header names (beside the IETF ones)
@@ -78,17 +77,6 @@ def _item(env: Env, name: str, default: str) -> RateLimitItem:
         return parse(raw)
     except ValueError:
         raise ConfigError(f"{name} must look like '300 per 5 minutes', got {raw!r}") from None
-
-
-def _networks(raw: str) -> tuple[Network, ...]:
-    out = []
-    for part in raw.split(","):
-        if part.strip():
-            try:
-                out.append(ipaddress.ip_network(part.strip(), strict=False))
-            except ValueError:
-                raise ConfigError(f"FANLINE_TRUSTED_PROXIES: {part.strip()!r} is not an address or network") from None
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -114,57 +102,8 @@ class RateLimitSettings:
                 env, "FANLINE_RATE_LIMIT_FAILED_LOGINS_PER_USERNAME", DEFAULT_FAILED_LOGINS_PER_USERNAME
             ),
             storage_uri=env.string("FANLINE_RATE_LIMIT_STORAGE", "memory://"),
-            trusted_proxies=_networks(env.string("FANLINE_TRUSTED_PROXIES", "")),
+            trusted_proxies=trusted_networks(env.string("FANLINE_TRUSTED_PROXIES", "")),
         )
-
-
-# --- client addresses ------------------------------------------------------------
-
-
-def _parse_ip(raw: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    raw = raw.strip()
-    if raw.startswith("[") and "]" in raw:  # [v6]:port
-        raw = raw[1 : raw.index("]")]
-    elif raw.count(":") == 1:  # v4:port
-        raw = raw.split(":", 1)[0]
-    try:
-        return ipaddress.ip_address(raw)
-    except ValueError:
-        return None
-
-
-# The socket peer's address, parsed once per distinct string: every request
-# parses it and a client keeps its address (bounded, so new addresses only
-# evict old). X-Forwarded-For hops are client text and are not cached.
-_peer_ip = functools.lru_cache(maxsize=65536)(_parse_ip)
-
-
-def client_address(scope: Scope, trusted: tuple[Network, ...]) -> str:
-    """The address a request is counted under (see the module docstring)."""
-    peer_raw = (scope.get("client") or ("unknown", 0))[0]
-    peer = _peer_ip(str(peer_raw))
-    if peer is None:
-        return str(peer_raw)
-    if trusted and any(peer in net for net in trusted):
-        forwarded = ",".join(Headers(scope=scope).getlist("x-forwarded-for"))
-        for hop in reversed([h for h in forwarded.split(",") if h.strip()]):
-            ip = _parse_ip(hop)
-            if ip is None:
-                break  # garbage from the client side: stop at the last good hop
-            peer = ip
-            if not any(ip in net for net in trusted):
-                break
-    return _counted_as(peer)
-
-
-@functools.lru_cache(maxsize=65536)
-def _counted_as(peer: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """The key an address is counted under: itself, or its /64 for IPv6."""
-    if peer.version == 6:
-        if peer.ipv4_mapped is not None:
-            return str(peer.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{peer}/64", strict=False))
-    return str(peer)
 
 
 # --- the limiter ------------------------------------------------------------------
