@@ -15,19 +15,22 @@ Used as a library by the end-to-end tests and the benchmark:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a script (``python deploy/local/system.py``, as the benchmark
+    # starts a checkout), ``deploy`` is not importable from the script's
+    # directory: put this checkout first, so the CLI and ``System`` are its own.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from deploy.local.processes import child_setup, free_port, http_ok, listening, wait_listening
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("social-graph", "tweet-store", "api", "fanout-worker")
@@ -51,29 +54,6 @@ HOSTED = ("social-graph", "tweet-store")
 # Every process serves /metrics on its port + this, and only there
 # (fanline_shared.config.METRICS_PORT_OFFSET; the services' default).
 METRICS_PORT_OFFSET = 50
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Ask Linux to SIGKILL this child when the supervisor dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    os.setsid()
-
-
-def child_setup(nice: int = 0) -> Callable[[], None]:
-    """A child's ``preexec_fn``: die with the supervisor, in its own process
-    group, at CPU niceness ``nice`` (0: unchanged). Threads the child starts
-    later inherit it."""
-
-    def setup() -> None:  # pragma: no cover - runs in the child
-        _die_with_parent()
-        if nice:
-            os.nice(nice)
-
-    return setup
 
 
 def tansu_binary() -> str:
@@ -252,7 +232,7 @@ class System:
             self._broker_port = port = self.broker_port
             listener = f"tcp://127.0.0.1:{port}"
             self._spawn("broker", [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener])
-            if _wait_listening(self.procs["broker"], "127.0.0.1", port, deadline):
+            if wait_listening(self.procs["broker"], "127.0.0.1", port, deadline):
                 return
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"the broker exited before listening on {listener} (see its log)")
@@ -341,7 +321,7 @@ class System:
         if self.kafka_bootstrap is None:
             wanted["broker"] = self.broker_port
         for name, port in wanted.items():
-            if _listening("127.0.0.1", port):
+            if listening("127.0.0.1", port):
                 raise RuntimeError(f"port {port} ({name}) is already in use: is Fanline already running?")
 
     def start(self, timeout: float = 90) -> None:
@@ -398,49 +378,7 @@ def metrics_url_of(port: int) -> str:
     return f"http://127.0.0.1:{port + METRICS_PORT_OFFSET}/metrics"
 
 
-def http_ok(url: str) -> bool:
-    """Whether ``url`` answers 200 within 2 s."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _listening(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def free_port(host: str) -> int:
-    """A port nothing holds now, picked by the kernel."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], host: str, port: int, deadline: float) -> bool:
-    """True once something accepts on ``host:port``; False if ``proc`` exits
-    first; TimeoutError at ``deadline``."""
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=1):
-                return True
-        except OSError:
-            if proc.poll() is not None:
-                return False
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {host}:{port} in time")
-
-
 if __name__ == "__main__":
-    # Run as a script, ``deploy`` is not importable from the script's
-    # directory: put this checkout first, so the CLI and ``System`` are its own.
-    sys.path.insert(0, str(REPO))
     from deploy.local.system_cli import main
 
     sys.exit(main())

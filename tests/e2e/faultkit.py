@@ -174,7 +174,7 @@ def metric_sum(system: System, service: str, name: str, labels: str = "") -> flo
 
 def group_rss_kib(pid: int) -> int:
     """Resident memory (KiB) of every process in ``pid``'s process group
-    (each service runs in its own, ``system._die_with_parent``)."""
+    (each service runs in its own, ``processes._die_with_parent``)."""
     total = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
