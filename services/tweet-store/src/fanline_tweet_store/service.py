@@ -243,8 +243,9 @@ class TweetStore:
         ids = await self._s.tweets.userline(author, self._merge_count, None)
         horizon = utcnow() - self._retention
         recent = [(i, author) for i in ids if timeuuid_time(i) > horizon]
-        await self._s.home.add_many(owner, recent)
-        self._cap.schedule([owner])
+        if recent:  # nothing added, nothing to trim: no batch, no trim scan
+            await self._s.home.add_many(owner, recent)
+            self._cap.schedule([owner])
         return len(recent)
 
     async def home_purge(self, owner: str, author: str) -> int:
