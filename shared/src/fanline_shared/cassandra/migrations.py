@@ -33,6 +33,7 @@ from typing import Any
 
 from cassandra import DriverException, InvalidRequest
 from cassandra.cluster import NoHostAvailable, Session
+from cassandra.connection import ConnectionException
 
 from .. import policies
 from ..errors import Unavailable
@@ -295,9 +296,12 @@ async def _with_retry(session: Session, statement: str, params: Any = None) -> A
             # agree first, so that the retry, maybe coordinated by another
             # node, finds the table rather than creating it a second time
             # under another id (CASSANDRA-9424). Best effort: the statement
-            # itself is what must succeed.
-            with contextlib.suppress(Unavailable):
+            # itself is what must succeed (the control connection may be the
+            # one that broke: the driver then raises its own errors here).
+            try:
                 await _agree(session, "the retried statement's keyspace")
+            except (Unavailable, DriverException, ConnectionException, OSError) as exc:
+                log.info("cassandra: no schema agreement before a retry (%r); retrying anyway", exc)
         return await execute(session, statement, params, name="migrate", request_timeout_s=policies.MIGRATE_DDL_TIMEOUT_S)
 
     return await policies.retry(policies.MIGRATE_STATEMENT, once, on_retry=warn)
