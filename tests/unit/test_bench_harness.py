@@ -238,7 +238,8 @@ def test_idle_cost_is_each_process_share_of_a_core_and_its_part_of_a_request_at_
     try:
         openloop.idle(rec.scope("mixed"), target, 1.0, 50.0)
     finally:
-        busy.kill(), calm.kill()
+        busy.kill()
+        calm.kill()
     got = rows.Results(rec.rows)
     assert 0.9 <= (got.num("mixed", "idle_s") or 0) < 2
     busy_percent, calm_percent = (got.num("mixed", "idle_cpu_percent", process=p) or 0 for p in ("api", "cassandra"))
@@ -287,7 +288,8 @@ def test_paired_steps_begin_their_load_together_and_count_each_systems_own_proce
         for t in steps:
             t.join(10)
     finally:
-        a.kill(), b.kill()
+        a.kill()
+        b.kill()
     assert abs(started["busy"] - started["calm"]) < 0.1  # not the 0.5 s one drain took longer
     got = rows.Results(rec.rows)
     busy, calm = (got.num("paired_cost", "cpu_s_per_1k", process="fanline", system=n) or 0 for n in systems)
