@@ -258,8 +258,15 @@ async def test_the_loop_serves_the_connections_and_refuses_blocking_calls(real_i
 
         thread, rows = await outcome()
         assert thread == threading.get_ident() and rows[0].release_version
-        thread, error = await outcome(request_timeout_s=0.0001)  # the timer fires before any answer is read
-        assert thread == threading.get_ident() and isinstance(error, OperationTimedOut), error
+        # The timer fires before any answer is read, unless the loop lost its
+        # core for longer than Cassandra took to answer: then the answer was
+        # read first (seen once in CI, beside the cluster's start). Either
+        # way on the loop's thread; the timeout must show within 20 tries.
+        tries: list[tuple[int, Any]] = []
+        while len(tries) < 20 and not (tries and isinstance(tries[-1][1], OperationTimedOut)):
+            tries.append(await outcome(request_timeout_s=0.0001))
+        assert all(thread == threading.get_ident() for thread, _ in tries)
+        assert isinstance(tries[-1][1], OperationTimedOut), tries
         with pytest.raises(RuntimeError, match="to_thread"):
             fc.prepare(s, "SELECT release_version FROM system.local")
         statement = await asyncio.to_thread(fc.prepare, s, "SELECT release_version FROM system.local")
