@@ -19,6 +19,7 @@ import uvicorn
 
 from . import logs
 from .config import Env, HttpSettings, LogSettings
+from .http_coalesce import CoalescingHttpToolsProtocol
 from .http_routes import error_body, json_response, metrics_response
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,10 @@ def bind(host: str, port: int) -> socket.socket:
 # hop floor (bench/hop.py) serves with these too, so it measures the same server.
 UVICORN_SETTINGS: dict[str, Any] = {
     "loop": "uvloop",
-    # httptools (C) parses requests for a fraction of h11's (pure Python) CPU.
-    "http": "httptools",
+    # httptools (C) parses requests for a fraction of h11's (pure Python) CPU;
+    # its protocol here sends an answer's head and body in one write
+    # (http_coalesce.py).
+    "http": CoalescingHttpToolsProtocol,
     "access_log": False,
     # The client address is the socket's: X-Forwarded-For is honoured only by
     # the gateway, only from FANLINE_TRUSTED_PROXIES (uvicorn would otherwise
