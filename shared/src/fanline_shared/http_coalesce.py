@@ -5,8 +5,8 @@ uvicorn writes the status line and headers as soon as the app sends
 ``send`` system calls, two TCP segments and two wake-ups of the reader for
 every answer of every service. On loopback a send also runs the receiver's
 TCP processing, so the first of them showed as 11.6 % of the gateway's
-samples while it served home reads (py-spy, ``make bench --only read_path``,
-2026-12-06): the largest single self-time entry of that process.
+samples while it served home reads (py-spy during
+``python -m bench.run --only read_path``, 2026-12-06): the largest single self-time entry of that process.
 
 ``CoalescingHttpToolsProtocol`` gives uvicorn a transport that holds a write
 issued after an idle moment until the next one or the end of the loop's

@@ -73,10 +73,10 @@ RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, ma
 MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=10, base_delay_s=1.0, max_delay_s=8.0)
 # How long one schema statement may take before it is given up and tried
 # again. Not the 10 s request timeout: on the three-node cluster of two shared
-# cores a CREATE TABLE answered in 10-25 s while the nodes flushed their schema
-# tables (local logs of 2026-12-06), so every statement timed out at least once
-# and the retries added DDL to the load that slowed it; CI once ran out of
-# attempts and social-graph exited at start.
+# cores, local runs of the cluster suite logged schema statements timing out at
+# 10 s, migration after migration, while the nodes reported schema
+# disagreement; each retry added DDL to the load that slowed it. A CI run on
+# 2026-12-06 saw social-graph exit at start there (its log was not kept).
 MIGRATE_DDL_TIMEOUT_S = 60.0
 CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 

@@ -283,15 +283,15 @@ async def _with_retry(session: Session, statement: str, params: Any = None) -> A
     """One migration statement under ``policies.MIGRATE_STATEMENT`` (safe to
     repeat: every migration is idempotent)."""
 
-    failed = 0
+    tried = 0
 
     def warn(attempt: int, exc: BaseException) -> None:
-        nonlocal failed
-        failed = attempt
         log.warning("cassandra: migration statement failed (attempt %d), retrying: %s", attempt, exc)
 
     async def once() -> Any:
-        if failed:
+        nonlocal tried
+        tried += 1
+        if tried > 1:
             # A statement that timed out may still be applying: let the nodes
             # agree first, so that the retry, maybe coordinated by another
             # node, finds the table rather than creating it a second time
