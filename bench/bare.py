@@ -4,6 +4,7 @@ fan-out's fair write ceiling, the raw read path) and cassandra-stress (docs/benc
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import subprocess
 import time
@@ -29,12 +30,21 @@ class StressUnavailable(RuntimeError):
     pass
 
 
+def fan_out_batches(session: Session, stmt: Any, rows: Sequence[Row], batch_rows: int) -> list[Any]:
+    """``rows`` in tweet-store's batches: each tweet's rows (consecutive, sharing every value but
+    the owner) through ``cql.keyed_batches``, as ``CassandraHomeTimeline.add`` builds them."""
+    out: list[Any] = []
+    for shared, group in itertools.groupby(rows, key=lambda r: r[1:]):
+        out += cql.keyed_batches(session, stmt, [r[0] for r in group], shared, rows=batch_rows)
+    return out
+
+
 async def write_rows(session: Session, keyspace: str, rows: Sequence[Row], path: str, window: int, batch_rows: int) -> float:
     """``rows`` into ``keyspace.home_timeline`` with ``path`` (one of ``PATHS``), ``window`` requests in flight: rows/s."""
     text = f"INSERT INTO {keyspace}.home_timeline (owner_lc, tweet_id, author_lc) VALUES (?, ?, ?) USING TTL ?"
     stmt, started = await asyncio.to_thread(cql.prepare, session, text, write=True), time.perf_counter()
     if path == "driver":
-        batches = cql.replica_batches(session, stmt, rows, rows=batch_rows) if batch_rows > 1 else []
+        batches = fan_out_batches(session, stmt, rows, batch_rows) if batch_rows > 1 else []
         statements = [(b, None) for b in batches] if batch_rows > 1 else [(stmt, r) for r in rows]
         await asyncio.to_thread(
             execute_concurrent, session, statements, concurrency=window, raise_on_first_error=True, results_generator=False
@@ -44,7 +54,7 @@ async def write_rows(session: Session, keyspace: str, rows: Sequence[Row], path:
             if batch_rows <= 1:
                 await cql.execute_concurrent(session, stmt, chunk, name="bench_ceiling", concurrency=window)
             else:
-                batches = cql.replica_batches(session, stmt, chunk, rows=batch_rows)
+                batches = fan_out_batches(session, stmt, chunk, batch_rows)
                 await cql.execute_each(session, batches, name="bench_ceiling", concurrency=window)
     return len(rows) / (time.perf_counter() - started)
 

@@ -302,7 +302,7 @@ async def serve_gateway(port: int) -> None:
 
 async def apply(session: Any, st: Statements, event: dict[str, Any]) -> int:
     """One event, as Fanline's worker applies it: the statements it ran."""
-    from fanline_shared.cassandra import batch, execute, execute_each, replica_batches
+    from fanline_shared.cassandra import batch, execute, execute_each, keyed_batches
 
     async def run(statement: Any, params: Any) -> list[Any]:
         return await execute(session, statement, params, name="bare")
@@ -314,7 +314,7 @@ async def apply(session: Any, st: Statements, event: dict[str, Any]) -> int:
         if not await run(st.tweet_get, (tid,)):
             return 3
         owners = [author, *(r.follower_lc for r in page)]
-        batches = replica_batches(session, st.home_add, [(o, tid, author) for o in owners], rows=BATCH_ROWS)
+        batches = keyed_batches(session, st.home_add, owners, (tid, author), rows=BATCH_ROWS)
         await execute_each(session, batches, name="bare")
         return 3 + len(batches)
     follower, followee = d["follower"], d["followee"]

@@ -4,7 +4,7 @@
 uses; write the tweet, userline and public-line rows while reading **all** the
 author's followers from its own ``followers`` table; write the author's and
 every follower's home row — tweet-store's table and TTL'd INSERT, batched as
-tweet-store batches (replica-grouped unlogged batches of ``--batch-rows``),
+tweet-store batches (replica-grouped unlogged batches of ``--batch-rows``, ``keyed_batches``),
 ``--concurrency`` batches in flight through the product's asyncio bridge.
 
     python -m bench.sync_baseline PORT KEYSPACE SOCIAL_GRAPH_URL CONCURRENCY BATCH_ROWS
@@ -79,10 +79,10 @@ def create_app(storage: StorageSettings, keyspace: str, social_graph_url: str, c
             cql.execute(s, state["followers"], (author_lc,), name="sync_followers"),  # every page, off the loop
         )
         ttl = int(RETENTION_S - (time.time() - created))
-        rows = [(o, tweet_id, author_lc, ttl) for o in (author_lc, *(r.follower_lc for r in followers))]
-        batches = cql.replica_batches(s, state["home"], rows, rows=batch_rows)
+        owners = [author_lc, *(r.follower_lc for r in followers)]
+        batches = cql.keyed_batches(s, state["home"], owners, (tweet_id, author_lc, ttl), rows=batch_rows)
         await cql.execute_each(s, batches, name="sync_home", concurrency=concurrency)
-        return JSONResponse({"id": str(tweet_id), "username": author, "body": body, "rows": len(rows)}, 201)
+        return JSONResponse({"id": str(tweet_id), "username": author, "body": body, "rows": len(owners)}, 201)
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -212,6 +212,36 @@ async def test_replica_batches_write_every_row_under_the_warning_threshold(
     assert bool(_server_warnings(caplog)) is warned
 
 
+def _shape(batches: list[Any]) -> list[tuple[Any, ...]]:
+    """What the driver sends of each batch, and where it routes it."""
+    return [(b.batch_type, b.consistency_level, b.routing_key, b.keyspace, b._statements_and_parameters) for b in batches]
+
+
+async def test_keyed_batches_are_the_driver_s_own_batches_and_write_every_row(session: Session) -> None:
+    """The fan-out's builder (one tweet's values serialized once) gives the
+    very batches ``replica_batches`` gives through the driver's ``bind``:
+    the same statements, values, consistency and routing; the node stores
+    every row with its TTL."""
+    insert = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)
+    keys = list(range(50_000, 50_095))
+    fast = fc.keyed_batches(session, insert, keys, (3, "shared", 3600), rows=10)
+    slow = fc.replica_batches(session, insert, [(k, 3, "shared", 3600) for k in keys], rows=10)
+    assert _shape(fast) == _shape(slow) and len(fast) == 10
+    await fc.execute_each(session, fast, name="t", concurrency=4)
+    select = await prepare(session, "SELECT v, TTL(v) AS ttl FROM kv WHERE k = ? AND c = 3")
+    found = await fc.execute_concurrent(session, select, [(k,) for k in keys], name="t", concurrency=16)
+    assert all(rows and rows[0].v == "shared" and 3500 < rows[0].ttl <= 3600 for rows in found)
+    # A statement whose partition key is not its first value is left to replica_batches.
+    swapped = await prepare(session, "INSERT INTO kv (c, k, v) VALUES (?, ?, ?)", write=True)
+    assert _shape(fc.keyed_batches(session, swapped, [1, 2, 3], (50_000, "x"), rows=2)) == _shape(
+        fc.replica_batches(session, swapped, [(1, 50_000, "x"), (2, 50_000, "x"), (3, 50_000, "x")], rows=2)
+    )
+    with pytest.raises(ValueError):
+        fc.keyed_batches(session, insert, [1, None], (3, "x", 60), rows=10)
+    with pytest.raises(ValueError):
+        fc.keyed_batches(session, insert, [1], (3, "x", 60), rows=0)
+
+
 async def test_execute_each_raises_the_first_error_and_accepts_nothing(session: Session) -> None:
     await fc.execute_each(session, [], name="t")
     bad = await prepare(session, "INSERT INTO kv (k, c, v) VALUES (?, ?, ?) USING TTL ?", write=True)

@@ -191,15 +191,18 @@ async def test_a_refused_page_is_refused_before_its_rows_are_grouped(monkeypatch
     from fanline_tweet_store.write_context import PageRefused, page_budget
 
     grouped: list[int] = []
-    monkeypatch.setattr(
-        cassandra_home, "replica_batches", lambda session, statement, rows, rows_per: grouped.append(len(rows)) or []
-    )
+
+    def keyed_batches(session: object, statement: object, keys: list[str], shared: tuple[object, ...], rows: int) -> list[object]:
+        grouped.append(len(keys))
+        return []
+
+    monkeypatch.setattr(cassandra_home, "keyed_batches", keyed_batches)
     home = object.__new__(cassandra_home.CassandraHomeTimeline)
     lim = _limit(0.4, limit=10)
     lim.pending = 150
     home._limit, home._window, home._batch_rows = lim, 4, 10
     with page_budget(8.0), pytest.raises(PageRefused):
-        await home._write_each(None, [("u", i) for i in range(1000)], "home_add")  # type: ignore[arg-type]
+        await home._write_each(None, [f"u{i}" for i in range(1000)], (), "home_add")  # type: ignore[arg-type]
     assert grouped == [] and lim.pending == 150
 
 

@@ -238,7 +238,7 @@ DEFAULT_FANOUT_CONCURRENCY = 128
 # slot: a small page of another tweet is written beside it, not after it.
 DEFAULT_HOME_WRITE_WINDOW = 4
 # Fan-out rows per request: tweet-store writes a page as unlogged batches of
-# rows whose partitions share their first replica (cassandra.replica_batches):
+# rows whose partitions share their first replica (cassandra.keyed_batches):
 # one request instead of ten cut tweet-store's CPU per fan-out row about
 # fourfold in the bench (45-50 % of a core for ~2,500 rows/s before, 15-20 %
 # for ~4,500). 10 is the node's default

@@ -13,7 +13,8 @@ One concern per module; every name importers use is re-exported here, so
 * ``callbacks`` — what runs on the driver thread (hand-off, error
   translation, releasing finished requests); ``window`` — the bounded
   in-flight window behind ``execute_concurrent``/``execute_each``;
-* ``batching`` — ``batch``, ``counter_batch``, ``replica_batches``;
+* ``batching`` — ``batch``, ``counter_batch``, ``replica_batches``,
+  ``keyed_batches``;
 * ``migrations`` — ``migrate``: keyspace creation and numbered, idempotent
   migrations;
 * ``keyspace`` — ``Keyspace`` (the ``Lifecycle`` port), ``Repository``,
@@ -26,7 +27,7 @@ One concern per module; every name importers use is re-exported here, so
 
 from __future__ import annotations
 
-from .batching import batch, counter_batch, replica_batches
+from .batching import batch, counter_batch, keyed_batches, replica_batches
 from .bridge import execute, execute_concurrent, execute_each, execute_lwt
 from .connection import (
     FETCH_SIZE,
@@ -82,6 +83,7 @@ __all__ = [
     "execute_concurrent",
     "execute_each",
     "execute_lwt",
+    "keyed_batches",
     "migrate",
     "open_session",
     "outbox_partition",

@@ -17,7 +17,7 @@ unbounded partition:
   written with ``TTL = retention - age of the tweet``, so it expires at tweet
   time + retention whenever it was written (and is not written at all once
   that is past). Fan-out writes are small unlogged batches of rows whose
-  partitions share their first replica (``replica_batches``, at most
+  partitions share their first replica (``keyed_batches``, at most
   ``HomeWrites.batch_rows`` rows, 10 by default: under the node's warning
   threshold), under tweet-store's adaptive limit (``cassandra_home.py``);
 * ``idempotency`` — ``(author, key)`` → tweet, ``INSERT … IF NOT EXISTS USING

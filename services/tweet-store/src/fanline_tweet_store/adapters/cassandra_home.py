@@ -4,7 +4,7 @@
 written with ``TTL = retention - age of the tweet``, so it expires at tweet
 time + retention whenever it was written. Fan-out writes are small unlogged
 batches of rows whose partitions share their first replica
-(``replica_batches``), run under tweet-store's adaptive limit
+(``keyed_batches``: one tweet's rows, its values serialized once), run under tweet-store's adaptive limit
 (``fanline_tweet_store.limiter``). Each owner's *horizon* (a static column)
 bounds the rows reads trust; ``trim`` keeps the newest rows with one range
 tombstone (``fanline_tweet_store.home_cap``). ``large_accounts`` is one small
@@ -31,8 +31,8 @@ from fanline_shared.cassandra import (
     batch,
     execute,
     execute_lwt,
+    keyed_batches,
     prepare,
-    replica_batches,
     to_utc,
     truncate_ms,
 )
@@ -121,19 +121,19 @@ class CassandraHomeTimeline(Repository):
         names = list(dict.fromkeys(canonical(o) for o in owners))
         if ttl <= 0 or not names:
             return
-        author_lc = canonical(author)
-        await self._write_each(self._insert, [(o, tweet_id, author_lc, ttl) for o in names], "home_add")
+        await self._write_each(self._insert, names, (tweet_id, canonical(author), ttl), "home_add")
 
-    async def _write_each(self, statement: PreparedStatement, rows: list[tuple[Any, ...]], name: str) -> None:
-        """One row per partition: batched by replica (single-row requests
-        with ``batch_rows`` 1) and run under the adaptive limit."""
+    async def _write_each(self, statement: PreparedStatement, owners: list[str], shared: tuple[Any, ...], name: str) -> None:
+        """One row ``(owner, *shared)`` per owner's partition: batched by
+        replica (single-row requests with ``batch_rows`` 1) and run under the
+        adaptive limit."""
         # Refused (if it is) before the rows are bound and grouped: at least
         # this many requests, whatever the grouping.
-        self._limit.admit(-(-len(rows) // self._batch_rows))
+        self._limit.admit(-(-len(owners) // self._batch_rows))
         requests: list[Any] = (
-            replica_batches(self._session, statement, rows, rows=self._batch_rows)
+            keyed_batches(self._session, statement, owners, shared, rows=self._batch_rows)
             if self._batch_rows > 1
-            else [statement.bind(r) for r in rows]
+            else [statement.bind((o, *shared)) for o in owners]
         )
         session = self._session
         await self._limit.write_all(requests, lambda r: execute(session, r, name=name), self._window)
@@ -154,7 +154,7 @@ class CassandraHomeTimeline(Repository):
         names = list(dict.fromkeys(canonical(o) for o in owners))
         if not names:
             return
-        await self._write_each(self._delete, [(o, tweet_id) for o in names], "home_remove")
+        await self._write_each(self._delete, names, (tweet_id,), "home_remove")
 
     async def remove_many(self, owner: str, tweet_ids: Sequence[uuid.UUID]) -> None:
         owner_lc = canonical(owner)
