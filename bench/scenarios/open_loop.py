@@ -144,6 +144,10 @@ async def mixed_embedded(ctx: Ctx, p: dict[str, Any]) -> None:
             pop = await openloop.seed(system.url("api"), f"e{ctx.tag}{layout[0]}", p["users"], following, random.Random(ctx.tag))
             target = Target(system.url("api"), system.metrics_urls, system.pids, pop)
             labels = {"layout": layout} if colocate else {}
+            if p.get("idle_s"):  # what the processes cost with no requests, against the same rate
+                say(f"embedded {layout}: idle for {p['idle_s']:g} s")
+                scope = ctx.rec.scope("mixed_embedded", **labels)
+                await asyncio.to_thread(openloop.idle, scope, target, p["idle_s"], p["rate"])
             await step(ctx, "mixed_embedded", p["rate"], p["duration_s"], target, MIX, **labels)
         finally:
             await asyncio.to_thread(system.stop)
