@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from . import policies
 from .config import KafkaSettings
 from .errors import Unavailable
 from .kafka_topics import MIN_INSYNC, Durability, correct_min_insync, min_insync_for
@@ -69,7 +70,7 @@ async def ensure_topics_report(settings: KafkaSettings, timeout_s: float = 30.0)
             except TopicAlreadyExistsError:
                 pass  # created concurrently by another process
             log.info("created topics %s", [t.name for t in missing])
-        counts = await _partition_counts(admin, list(wanted))
+        counts = await _partition_counts(admin, list(wanted), settings.events_topic, settings.partitions)
         if counts.get(settings.events_topic, 0) < settings.partitions:
             raise RuntimeError(
                 f"topic {settings.events_topic} has {counts.get(settings.events_topic)} partitions, "
@@ -99,15 +100,21 @@ def min_insync_replicas(replication_factor: int) -> int:
     return int(topic_configs(replication_factor).get("min.insync.replicas", "1"))
 
 
-async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
+async def _partition_counts(admin: AIOKafkaAdminClient, topics: list[str], events: str, partitions: int) -> dict[str, int]:
+    """Each topic's partition count, once every topic has some and ``events``
+    has ``partitions`` (metadata may lag a fresh create: some partitions, or
+    none, for a moment), or what was described last after
+    ``policies.TOPIC_METADATA_SETTLE_S``."""
     counts: dict[str, int] = {}
-    for _ in range(50):  # metadata may lag a fresh create for a moment
+    deadline = asyncio.get_running_loop().time() + policies.TOPIC_METADATA_SETTLE_S
+    while True:
         described: Any = await admin.describe_topics(topics)
         counts = {t["topic"]: len(t.get("partitions", [])) for t in described}
-        if all(counts.get(t, 0) > 0 for t in topics):
+        if all(counts.get(t, 0) > 0 for t in topics) and counts.get(events, 0) >= partitions:
+            return counts
+        if asyncio.get_running_loop().time() >= deadline:
             return counts
         await asyncio.sleep(0.1)
-    return counts
 
 
 async def _quiet_close(client: Any) -> None:

@@ -65,6 +65,7 @@ RELAY_BACKOFF = RetryPolicy("relay_backoff", attempts=None, base_delay_s=0.5, ma
 # default waits up to 600 s between attempts, so a service could answer 503
 # for minutes after a stalled or restarted node is back (seen in the fault
 # suite: 25 s); capped at 5 s, recovery follows the node within seconds.
+CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
 # One schema statement at start-up (every migration is idempotent: IF NOT
 # EXISTS). On a cluster that has just started, under load, a DDL statement can
 # time out while the nodes flush and agree on the schema (seen in CI on the
@@ -78,7 +79,14 @@ MIGRATE_STATEMENT = RetryPolicy("migrate_statement", attempts=10, base_delay_s=1
 # disagreement; each retry added DDL to the load that slowed it. A CI run on
 # 2026-12-06 saw social-graph exit at start there (its log was not kept).
 MIGRATE_DDL_TIMEOUT_S = 60.0
-CASSANDRA_RECONNECT = RetryPolicy("cassandra_reconnect", attempts=None, base_delay_s=0.5, max_delay_s=5.0)
+# How long start-up waits for the broker to describe the events topic with
+# the partitions it was created with before it calls the topic too small (a
+# misconfiguration it refuses to run with). A topic another process has just
+# created can be described with some of its partitions only: on 2026-12-06 a
+# CI run restarted the embedded default (tansu, which keeps topics in memory,
+# so every service creates them again), and the fan-out worker was told
+# fanline.events had 4 of its 8 partitions and exited.
+TOPIC_METADATA_SETTLE_S = 15.0
 
 
 @dataclass(frozen=True)
