@@ -1,7 +1,9 @@
 """What building a fan-out page's batches costs the client: the driver's ``bind`` per row
 (``cassandra.replica_batches``) against one tweet's values serialized once
 (``cassandra.keyed_batches``, what tweet-store runs), the same rows through the services' bridge,
-in alternating rounds on the single-node engines (``make infra-up``), on a keyspace of its own.
+in alternating rounds on the single-node engines (``make infra-up``), on a keyspace of its own;
+``calls`` sends the keyed batches with one ``execute`` each from 64 tasks, as tweet-store's
+adaptive limit does, where the others hand the whole page to ``execute_each``.
 
 Each round writes ``--pages`` pages of 1,000 owners (one new tweet each) as unlogged batches of 10,
 64 in flight, and prints rows/s, this process's CPU per row (the whole client: building, the
@@ -9,6 +11,7 @@ driver's send and receive, the bridge) and Cassandra's (``/proc``).
 
     python -m bench.batch_cost               # 4 pairs of 150 pages
     python -m bench.batch_cost --pages 300 --rounds 6
+    python -m bench.batch_cost --kinds keyed,calls
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import os
 import time
 import uuid
+from typing import Any
 
 from fanline_shared.driver_sources import prefer_sources
 
@@ -28,7 +32,7 @@ TABLE = (
 )
 
 
-async def measure(pages: int, rounds: int) -> None:
+async def measure(pages: int, rounds: int, kinds: list[str]) -> None:
     from deploy.local.infra import LocalInfra
     from fanline_shared import cassandra as cql
     from fanline_shared.cassandra.keyspace import Keyspace
@@ -47,6 +51,17 @@ async def measure(pages: int, rounds: int) -> None:
     node = {"cassandra": pid}
     owners = [f"user{i:05d}" for i in range(OWNERS)]
 
+    async def calls(batches: list[Any]) -> None:
+        """One ``execute`` per batch from ``WINDOW`` tasks: how tweet-store's adaptive limit
+        sends a page (``limiter.write_all``), without the limit's own bookkeeping."""
+        todo = iter(batches)
+
+        async def worker() -> None:
+            for b in todo:
+                await cql.execute(s, b, name="batch_cost")
+
+        await asyncio.gather(*(worker() for _ in range(WINDOW)))
+
     async def run(kind: str) -> tuple[float, float, float]:
         c0, p0, t0 = probes.cpu_clocks(node)["cassandra"], time.process_time(), time.perf_counter()
         for _ in range(pages):
@@ -55,19 +70,22 @@ async def measure(pages: int, rounds: int) -> None:
                 batches = cql.replica_batches(s, st, [(o, tid, "author", 3600) for o in owners], rows=BATCH_ROWS)
             else:
                 batches = cql.keyed_batches(s, st, owners, (tid, "author", 3600), rows=BATCH_ROWS)
-            await cql.execute_each(s, batches, name="batch_cost", concurrency=WINDOW)
+            if kind == "calls":
+                await calls(batches)
+            else:
+                await cql.execute_each(s, batches, name="batch_cost", concurrency=WINDOW)
         rows = pages * OWNERS
         wall, cpu, node_cpu = time.perf_counter() - t0, time.process_time() - p0, probes.cpu_clocks(node)["cassandra"] - c0
         return rows / wall, cpu / rows * 1e6, node_cpu / rows * 1e6
 
     try:
-        await run("bind")
-        await run("keyed")  # warm-up: connections, the table's first flush
+        for kind in kinds:  # warm-up: connections, the table's first flush
+            await run(kind)
         for r in range(rounds):
-            for kind in ("bind", "keyed") if r % 2 == 0 else ("keyed", "bind"):
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
                 rate, client, node_us = await run(kind)
                 line = f"{rate:8,.0f} rows/s  client {client:5.2f} µs/row  cassandra {node_us:5.2f} µs/row"
-                print(f"pair {r + 1} {kind:>5}: {line}", flush=True)
+                print(f"round {r + 1} {kind:>5}: {line}", flush=True)
     finally:
         await cql.execute(s, f"DROP KEYSPACE IF EXISTS {ks.name}", name="batch_cost_drop")
         await ks.close()
@@ -77,9 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--kinds", default="bind,keyed", help="of bind, keyed, calls (keyed, one execute per batch)")
     args = parser.parse_args()
+    if not (kinds := args.kinds.split(",")) or set(kinds) - {"bind", "keyed", "calls"}:
+        parser.error("--kinds: a comma-separated list of bind, keyed, calls")
     prefer_sources()  # the driver's build the storage services run
-    asyncio.run(measure(args.pages, args.rounds))
+    asyncio.run(measure(args.pages, args.rounds, kinds))
 
 
 if __name__ == "__main__":
