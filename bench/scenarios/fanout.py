@@ -5,6 +5,7 @@ goes (``profile``, py-spy); docs/benchmark-methods.md."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import sys
@@ -72,13 +73,29 @@ async def stress(ctx: Ctx, p: dict[str, Any]) -> None:
         s("tool", tool)  # once per run, not once per profile
 
 
+async def timed_ceiling(ctx: Ctx, tweets: int) -> tuple[float, dict[str, float]]:
+    """``write_backlog`` with the best setting, and the CPU per 1,000 rows it cost the harness
+    (the bare driver's process) and Cassandra, to set beside a drain's."""
+    pids = {"harness": os.getpid()}
+    if (node := ctx.infra.cassandra.pid()) is not None:
+        pids["cassandra"] = node
+    before = probes.cpu_clocks(pids)
+    rate = await write_backlog(ctx, tweets, *ctx.best, batch_rows(ctx))
+    rows = tweets * (ctx.params["seed"]["backlog_followers"] + 1)
+    after = probes.cpu_clocks(pids)
+    return rate, {k: (after[k] - before[k]) * 1000 / rows for k in after if k in before}
+
+
 async def scaling(ctx: Ctx, p: dict[str, Any]) -> None:
     s, expected = ctx.rec.scope("scaling"), p["backlog_tweets"] * (ctx.params["seed"]["backlog_followers"] + 1)
     one, ceilings = list[float | None](), list[float | None]()
     for label, count in [*((str(r + 1), 1) for r in range(p["rounds"])), *((None, n) for n in p["workers"])]:
         if count == 1:
-            ceilings.append(c := await write_backlog(ctx, p["backlog_tweets"], *ctx.best, batch_rows(ctx)))
+            c, cpu = await timed_ceiling(ctx, p["backlog_tweets"])
+            ceilings.append(c)
             s("ceiling_rows_per_s", c, when=f"before one-worker round {label}")
+            for component, v in cpu.items():  # the bare driver's side of the same rows, for the drain's
+                s("ceiling_cpu_s_per_1k_rows", v, component=component, round=label)
         await asyncio.to_thread(ctx.system.stop_workers)
         posted = await ctx.post_backlog(p["backlog_tweets"], ctx.backlog_authors)
         say(f"scaling: {count} worker(s) draining {expected:,} rows")
