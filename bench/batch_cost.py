@@ -2,11 +2,11 @@
 (``cassandra.replica_batches``) against one tweet's values serialized once
 (``cassandra.keyed_batches``, what tweet-store runs), the same rows through the services' bridge,
 in alternating rounds on the single-node engines (``make infra-up``), on a keyspace of its own;
-``calls`` sends the keyed batches with one ``execute`` each from 64 tasks, as tweet-store's
+``calls`` sends the keyed batches with one ``execute`` each from ``--window`` tasks, as tweet-store's
 adaptive limit does, where the others hand the whole page to ``execute_each``.
 
 Each round writes ``--pages`` pages of 1,000 owners (one new tweet each) as unlogged batches of 10,
-64 in flight, and prints rows/s, this process's CPU per row (the whole client: building, the
+``--window`` (64) in flight, and prints rows/s, this process's CPU per row (the whole client: building, the
 driver's send and receive, the bridge) and Cassandra's (``/proc``).
 
     python -m bench.batch_cost               # 4 pairs of 150 pages
@@ -25,14 +25,14 @@ from typing import Any
 
 from fanline_shared.driver_sources import prefer_sources
 
-OWNERS, WINDOW, BATCH_ROWS = 1000, 64, 10
+OWNERS, BATCH_ROWS = 1000, 10
 TABLE = (
     "CREATE TABLE IF NOT EXISTS {keyspace}.home_timeline (owner_lc text, tweet_id timeuuid, author_lc text, "
     "PRIMARY KEY (owner_lc, tweet_id)) WITH CLUSTERING ORDER BY (tweet_id DESC);"
 )
 
 
-async def measure(pages: int, rounds: int, kinds: list[str]) -> None:
+async def measure(pages: int, rounds: int, kinds: list[str], window: int) -> None:
     from deploy.local.infra import LocalInfra
     from fanline_shared import cassandra as cql
     from fanline_shared.cassandra.keyspace import Keyspace
@@ -52,7 +52,7 @@ async def measure(pages: int, rounds: int, kinds: list[str]) -> None:
     owners = [f"user{i:05d}" for i in range(OWNERS)]
 
     async def calls(batches: list[Any]) -> None:
-        """One ``execute`` per batch from ``WINDOW`` tasks: how tweet-store's adaptive limit
+        """One ``execute`` per batch from ``window`` tasks: how tweet-store's adaptive limit
         sends a page (``limiter.write_all``), without the limit's own bookkeeping."""
         todo = iter(batches)
 
@@ -60,7 +60,7 @@ async def measure(pages: int, rounds: int, kinds: list[str]) -> None:
             for b in todo:
                 await cql.execute(s, b, name="batch_cost")
 
-        await asyncio.gather(*(worker() for _ in range(WINDOW)))
+        await asyncio.gather(*(worker() for _ in range(window)))
 
     async def run(kind: str) -> tuple[float, float, float]:
         c0, p0, t0 = probes.cpu_clocks(node)["cassandra"], time.process_time(), time.perf_counter()
@@ -73,7 +73,7 @@ async def measure(pages: int, rounds: int, kinds: list[str]) -> None:
             if kind == "calls":
                 await calls(batches)
             else:
-                await cql.execute_each(s, batches, name="batch_cost", concurrency=WINDOW)
+                await cql.execute_each(s, batches, name="batch_cost", concurrency=window)
         rows = pages * OWNERS
         wall, cpu, node_cpu = time.perf_counter() - t0, time.process_time() - p0, probes.cpu_clocks(node)["cassandra"] - c0
         return rows / wall, cpu / rows * 1e6, node_cpu / rows * 1e6
@@ -95,12 +95,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--window", type=int, default=64, help="batches in flight (default 64)")
     parser.add_argument("--kinds", default="bind,keyed", help="of bind, keyed, calls (keyed, one execute per batch)")
     args = parser.parse_args()
     if not (kinds := args.kinds.split(",")) or set(kinds) - {"bind", "keyed", "calls"}:
         parser.error("--kinds: a comma-separated list of bind, keyed, calls")
     prefer_sources()  # the driver's build the storage services run
-    asyncio.run(measure(args.pages, args.rounds, kinds))
+    asyncio.run(measure(args.pages, args.rounds, kinds, args.window))
 
 
 if __name__ == "__main__":
