@@ -251,6 +251,25 @@ def test_idle_cost_is_each_process_share_of_a_core_and_its_part_of_a_request_at_
     assert got.num("mixed", "idle_cpu_s_per_1k", process="api") == pytest.approx(busy_percent / 5, rel=1e-3)
 
 
+def test_workers_are_drained_once_one_reports_its_lag_and_none_has_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    lag = "fanline_consumer_lag_messages"
+    pages = iter([{}, {"up": 1.0}, {f'{lag}{{partition="0"}}': 3.0}, {f'{lag}{{partition="0"}}': 0.0}, {}])
+    seen = []
+    monkeypatch.setattr(openloop.probes, "scrape", lambda url: seen.append(url) or next(pages))
+    monkeypatch.setattr(openloop.time, "sleep", lambda s: None)
+    urls = {"api": "http://api/metrics", "fanout-worker": "http://w/metrics"}
+    # joined but not fetching yet (no lag series), then lag, then none: four looks, not one
+    openloop.drain_workers(urls, 60.0)
+    assert seen == ["http://w/metrics"] * 4
+    # nobody ever reports: given up after ``unreported_s``, not ``timeout_s``
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(openloop.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(openloop.probes, "scrape", lambda url: {})
+    openloop.drain_workers(urls, 600.0, unreported_s=30.0)
+    assert next(clock) == 40  # the clock read at 0 (start), 10, 20 and 30, where it gave up
+    openloop.drain_workers({"api": "http://api/metrics"}, 600.0)  # no worker: nothing to wait for
+
+
 def test_paired_steps_begin_their_load_together_and_count_each_systems_own_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``paired_cost``: two ``run_step``s sharing a barrier start their attacks together, even
     when one system's drain of what came before takes longer; each counts its own processes."""
