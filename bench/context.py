@@ -307,6 +307,30 @@ async def delete_topics(bootstrap: str, prefixes: tuple[str, ...]) -> None:
         await admin.close()
 
 
+async def skip_to_end(bootstrap: str, group: str, topic: str) -> int:
+    """Commit ``topic``'s log ends as consumer ``group``'s offsets: the events published so far
+    are never handed to its workers. Only while the group has no member (its workers stopped):
+    the broker refuses a commit from outside a live group. Returns the events skipped."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        (described,) = await admin.describe_topics([topic])
+        parts = [TopicPartition(topic, d["partition"]) for d in described["partitions"]]
+        consumer.assign(parts)
+        ends = await consumer.end_offsets(parts)
+        before = {tp: await consumer.committed(tp) or 0 for tp in parts}
+        await consumer.commit(ends)
+        return sum(ends[tp] - before[tp] for tp in parts)
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
 def with_engines(ctx: Ctx, pids: Callable[[], dict[str, int]]) -> Callable[[], dict[str, int]]:
     """``pids`` and the engines' JVMs (their CPU is the physical floor of a request)."""
     return lambda: pids() | {e: pid for e in ("cassandra", "kafka") if (pid := getattr(ctx.infra, e).pid()) is not None}
