@@ -233,12 +233,19 @@ def between(low: float, high: float) -> float:
     return round((low * high) ** 0.5, 1)
 
 
-def drain_workers(urls: Mapping[str, str], timeout_s: float, unreported_s: float = 60.0) -> None:
+# How often a worker refreshes its lag gauge (fanline_fanout.app, report_lag).
+LAG_REPORT_S = 5.0
+
+
+def drain_workers(urls: Mapping[str, str], timeout_s: float, unreported_s: float = 60.0, after_s: float = 0.0) -> None:
     """Until the workers report no consumer lag (at most ``timeout_s``). A worker reports its
     lag only once it has its partitions and their log ends (every 5 s): until one of them does,
     no lag is not an empty queue, and the wait goes on for up to ``unreported_s``. (A fresh
     system, joined but not yet fetching, passed for drained: a step of ``baseline_ref`` then
-    met its ~500 seeding tweets, delivery lag p99 3.5 s at 25/s, run 4c97 of 2026-12-06.)"""
+    met its ~500 seeding tweets, delivery lag p99 3.5 s at 25/s, run 4c97 of 2026-12-06.)
+    ``after_s``: first wait that long, so that each gauge read postdates what was just
+    published (right after a seeding, the last report said 0: run 731e, 2026-12-07)."""
+    time.sleep(after_s)
     started, workers = time.monotonic(), [u for n, u in urls.items() if n.startswith("fanout-worker")]
     while (waited := time.monotonic() - started) < timeout_s:
         lags = [lag for u in workers if (lag := probes.total(probes.scrape(u), "fanline_consumer_lag_messages")) is not None]

@@ -244,6 +244,8 @@ async def started(
     await asyncio.to_thread(system.start, ctx.tmp / f"ref-{side}")
     try:
         pop = await openloop.seed(system.api, f"q{side}", p["users"], p["mean_following"], random.Random(ctx.tag))
+        # the seeding's last tweets were published a moment ago: delivered before the first step
+        await asyncio.to_thread(openloop.drain_workers, system.metrics_urls(), 120.0, 60.0, openloop.LAG_REPORT_S + 1)
         yield Target(system.api, system.metrics_urls, with_engines(ctx, system.pids) if engines else system.pids, pop)
     finally:
         await asyncio.to_thread(system.stop)
