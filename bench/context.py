@@ -37,7 +37,12 @@ _T0 = time.monotonic()
 
 
 class BenchError(RuntimeError):
-    pass
+    """A call of the harness's that did not get the answer it needed."""
+
+    @property
+    def shed(self) -> bool:
+        """Refused by the system's admission control or deadline (503): counted, not a crash."""
+        return " 503 " in str(self)
 
 
 def say(msg: str) -> None:
