@@ -75,6 +75,17 @@ def test_cassandra_nodes_form_one_ring(tmp_path: Path) -> None:
     assert "listen_address: 127.0.0.1\n" in single and "hinted_handoff_enabled: false" in single
 
 
+def test_cluster_nodes_pull_a_missed_schema_within_seconds(tmp_path: Path) -> None:
+    # A node that missed a schema push otherwise pulls it only a minute after
+    # it notices, and retries a minute later: longer than a service's
+    # agreement wait at start (a CI run on 2026-12-07 failed so).
+    wanted = {"-Dcassandra.migration_delay_ms=1000", "-Dcassandra.schema_pull_interval_ms=5000"}
+    for node in cluster(tmp_path).cassandra_nodes:
+        assert wanted <= set(node.command())
+    single = LocalInfra(InfraConfig.from_env(state_dir=tmp_path / "one"), log=lambda _: None).cassandra.command()
+    assert not wanted & set(single)
+
+
 def test_kafka_brokers_form_one_quorum_with_rf3_and_min_isr2(tmp_path: Path) -> None:
     props = [k.config_text() for k in cluster(tmp_path).kafka_nodes]
     voters = "controller.quorum.voters=1@127.0.0.11:9193,2@127.0.0.12:9193,3@127.0.0.13:9193"

@@ -138,6 +138,15 @@ class _Cassandra(_Engine):
             # measures the memtable row overhead by building rows: 25-30 s of CPU
             # on a busy 2-core machine, for a figure that is always ~125 bytes here.
             cmd.append("-Dcassandra.memtable.row_overhead_size=125")
+            # A node that misses a schema push (DDL coordinated elsewhere while
+            # gossip or the machine is busy) pulls the schema from a peer, but
+            # by default only 60 s after it notices the difference (once it has
+            # been up 60 s) and retries a failed pull a minute later. A CI run
+            # on 2026-12-07 saw one node keep its own schema version through
+            # all of social-graph's ~2.5 min agreement wait, and the service
+            # exited at start. A pull 1 s after a difference is seen, retried
+            # every 5 s, is what Cassandra's own multi-node tests use (10 s/5 s).
+            cmd += ["-Dcassandra.migration_delay_ms=1000", "-Dcassandra.schema_pull_interval_ms=5000"]
         if cfg.cassandra_jmx_port:
             cmd += [
                 f"-Dcassandra.jmx.local.port={cfg.jmx_port(self.node)}",
