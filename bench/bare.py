@@ -19,6 +19,7 @@ from cassandra.concurrent import execute_concurrent
 
 from deploy.local.infra import InfraUnavailable, LocalInfra
 from fanline_shared import cassandra as cql
+from fanline_shared.domain import canonical
 
 Row = tuple[str, uuid.UUID, str, int]
 PATHS = ("driver", "bridge")
@@ -57,6 +58,28 @@ async def write_rows(session: Session, keyspace: str, rows: Sequence[Row], path:
                 batches = fan_out_batches(session, stmt, chunk, batch_rows)
                 await cql.execute_each(session, batches, name="bench_ceiling", concurrency=window)
     return len(rows) / (time.perf_counter() - started)
+
+
+class FollowerReader:
+    """A tweet's recipients read as the fan-out worker reads them, through the bare driver: the
+    author's active followers from social-graph's ``followers_active``, ``page_size`` a page (the
+    worker's ``FANLINE_FANOUT_PAGE_SIZE``), each page after the last name of the one before, one
+    row more than a page asked for to learn whether another follows (as social-graph does)."""
+
+    def __init__(self, session: Session, social_ks: str, page_size: int) -> None:
+        self._session, self._page_size = session, page_size
+        text = f"SELECT follower FROM {social_ks}.followers_active WHERE followee_lc = ? AND follower_lc > ? LIMIT ?"
+        self._page = cql.prepare(session, text)
+
+    async def followers(self, author: str) -> list[str]:
+        names, after = list[str](), ""
+        while True:
+            bound = (canonical(author), after, self._page_size + 1)
+            rows = [r.follower for r in await cql.execute(self._session, self._page, bound, name="bench_ceiling_read")]
+            names += rows[: self._page_size]
+            if len(rows) <= self._page_size:
+                return names
+            after = canonical(rows[self._page_size - 1])
 
 
 class RawReader:

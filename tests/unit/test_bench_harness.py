@@ -472,3 +472,24 @@ def test_the_bare_gateway_parses_requests_in_pieces_and_answers_each_in_order() 
     ]
     assert [w.split(b"\r\n", 1)[0] for w in written] == [b"HTTP/1.1 200 OK", b"HTTP/1.1 500 Error", b"HTTP/1.1 200 OK"]
     assert written[0].endswith(b'{"n":1}') and written[2].endswith(b'{"n":3}')
+
+
+@pytest.mark.parametrize(("followers", "reads"), [(2000, 2), (2001, 3), (999, 1), (0, 1)])
+def test_the_drain_ceiling_reads_follower_pages_as_social_graph_does(
+    monkeypatch: pytest.MonkeyPatch, followers: int, reads: int
+) -> None:
+    """A page asks for one row more than it keeps; the next starts after its last kept name:
+    2,000 followers in pages of 1,000 are two reads, as the drain's ``followers_active`` count."""
+    names = [f"F_{i:05d}" for i in range(followers)]
+    asked: list[tuple[str, str, int]] = []
+
+    async def execute(session: object, stmt: object, bound: tuple[str, str, int], name: str) -> list[object]:
+        asked.append(bound)
+        return [type("Row", (), {"follower": n})() for n in names if n.lower() > bound[1]][: bound[2]]
+
+    monkeypatch.setattr(bare.cql, "prepare", lambda session, text: text)
+    monkeypatch.setattr(bare.cql, "execute", execute)
+    reader = bare.FollowerReader(object(), "ks", page_size=1000)  # type: ignore[arg-type]
+    assert asyncio.run(reader.followers("Author")) == names
+    assert len(asked) == reads and all(b[0] == "author" and b[2] == 1001 for b in asked)
+    assert [b[1] for b in asked[1:]] == [names[i].lower() for i in (999, 1999) if i < followers][: reads - 1]
