@@ -43,6 +43,29 @@ async def test_trim_keeps_the_newest_rows_and_sets_the_horizon(tweet_store: Twee
     assert await tweet_store.home.trim(owner, 10) is None  # already at the cap
 
 
+async def test_trim_counted_says_what_its_scan_counted(tweet_store: TweetStoreStorage, names: Names) -> None:
+    owner, author = names.user(), names.user()
+    assert await tweet_store.home.trim_counted(owner, 10) == (None, 0, None)  # no such timeline
+    ids = newest_first(recent_ids(25))
+    await _fill(tweet_store, owner, ids, author)
+    assert await tweet_store.home.trim_counted(owner, 30) == (None, 25, ids[0])
+    assert await tweet_store.home.trim_counted(owner.upper(), 10) == (ids[9], 11, ids[0])  # counts keep + 1 at most
+    assert await tweet_store.home.trim_counted(owner, 10) == (None, 10, ids[0])
+
+
+async def test_count_newer_counts_only_rows_newer_than_the_id_given(tweet_store: TweetStoreStorage, names: Names) -> None:
+    owner, author = names.user(), names.user()
+    ids = newest_first(recent_ids(25))
+    await _fill(tweet_store, owner, ids, author)
+    assert await tweet_store.home.count_newer(owner, ids[10], 100) == (10, ids[0])
+    assert await tweet_store.home.count_newer(owner.upper(), ids[10], 4) == (4, ids[0])  # at most the limit
+    assert await tweet_store.home.count_newer(owner, ids[0], 100) == (0, None)
+    assert await tweet_store.home.count_newer(owner, ids[10], 0) == (0, None)
+    await tweet_store.home.trim(owner, 20)  # the horizon (a static column in Cassandra) is no row
+    assert await tweet_store.home.count_newer(owner, ids[24], 100) == (20, ids[0])
+    assert await tweet_store.home.count_newer(names.user(), ids[24], 100) == (0, None)
+
+
 async def test_horizon_only_rises(tweet_store: TweetStoreStorage, names: Names) -> None:
     owner, author = names.user(), names.user()
     ids = newest_first(recent_ids(30))

@@ -81,6 +81,15 @@ class TweetRepository(Protocol):
         """``{canonical: tweets_count}`` for each name."""
 
 
+class TrimOutcome(NamedTuple):
+    """What one trim found: ``horizon`` if it trimmed (else None), the
+    owner's rows it counted (at most ``keep + 1``) and the newest of them."""
+
+    horizon: uuid.UUID | None
+    rows: int
+    newest: uuid.UUID | None
+
+
 class HomeWindow(NamedTuple):
     """A slice of stored home rows and the owner's *horizon*.
 
@@ -145,6 +154,14 @@ class HomeTimelineRepository(Protocol):
         to the oldest row kept. Returns the horizon if it trimmed, else None
         (``keep`` or fewer rows). The horizon only ever rises, whatever the
         order concurrent trims land in."""
+
+    async def trim_counted(self, owner: str, keep: int) -> TrimOutcome:
+        """``trim``, with what its scan counted (``TrimOutcome``)."""
+
+    async def count_newer(self, owner: str, after: uuid.UUID, limit: int) -> tuple[int, uuid.UUID | None]:
+        """The owner's rows newer than ``after``, counted up to ``limit``, and
+        the newest of them (None if none): the cap's cheap check of an owner
+        it counted a moment ago (``home_cap.py``)."""
 
     async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
         """Raise the owner's horizon to ``tweet_id`` (no-op if it is higher already)."""

@@ -40,7 +40,7 @@ from fanline_shared.domain import canonical, timeuuid_time, utcnow
 
 from ..home_writes import HomeWrites
 from ..limiter import AdaptiveLimit
-from ..ports import HomeWindow
+from ..ports import HomeWindow, TrimOutcome
 
 _BATCH_ROWS = 100  # rows per single-partition batch (stays under batch_size_warn)
 # Below every timeuuid in Cassandra's order: the floor of an ascending read from the start.
@@ -86,6 +86,9 @@ class CassandraHomeTimeline(Repository):
         # timeuuids, 0.4-1.0 as blobs; the worker's profile had 18 % of its
         # samples in ``UUID.__init__``.
         self._trim_scan = prepare(session, f"SELECT timeuuidAsBlob(tweet_id) FROM {ks}.home_timeline WHERE owner_lc = ? LIMIT ?")
+        self._newer_scan = prepare(
+            session, f"SELECT timeuuidAsBlob(tweet_id) FROM {ks}.home_timeline WHERE owner_lc = ? AND tweet_id > ? LIMIT ?"
+        )
         # Then one range tombstone below the oldest kept row, and the
         # horizon written with the *boundary tweet's* time as its write
         # timestamp, so the highest horizon wins whatever order trims land in.
@@ -212,12 +215,16 @@ class CassandraHomeTimeline(Repository):
         return HomeWindow([r.tweet_id for r in rows if r.tweet_id is not None], rows[0].horizon)
 
     async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        return (await self.trim_counted(owner, keep)).horizon
+
+    async def trim_counted(self, owner: str, keep: int) -> TrimOutcome:
         owner_lc = canonical(owner)
         rows = await execute(self._session, self._trim_scan, (owner_lc, keep + 1), name="home_trim_scan")
         # A partition with only its static columns returns one row of null.
         ids = [r[0] for r in rows if r[0] is not None]
+        newest = uuid.UUID(bytes=ids[0]) if ids else None
         if len(ids) <= keep:
-            return None
+            return TrimOutcome(None, len(ids), newest)
         boundary = uuid.UUID(bytes=ids[keep - 1])
         write_ts = _micros(timeuuid_time(boundary))
         await execute(
@@ -225,7 +232,14 @@ class CassandraHomeTimeline(Repository):
             batch([(self._trim, (owner_lc, boundary)), (self._set_horizon, (write_ts, boundary, owner_lc))]),
             name="home_trim",
         )
-        return boundary
+        return TrimOutcome(boundary, len(ids), newest)
+
+    async def count_newer(self, owner: str, after: uuid.UUID, limit: int) -> tuple[int, uuid.UUID | None]:
+        if limit <= 0:
+            return 0, None
+        rows = await execute(self._session, self._newer_scan, (canonical(owner), after, limit), name="home_count_newer")
+        ids = [r[0] for r in rows if r[0] is not None]
+        return len(ids), (uuid.UUID(bytes=ids[0]) if ids else None)
 
     async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
         await execute(

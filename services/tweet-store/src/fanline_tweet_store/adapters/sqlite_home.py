@@ -17,7 +17,7 @@ from datetime import datetime
 from fanline_shared.domain import canonical, timeuuid_sort_key, timeuuid_time
 from fanline_shared.sqlite import SqliteDatabase, from_ms, now_ms, to_ms
 
-from ..ports import HomeWindow
+from ..ports import HomeWindow, TrimOutcome
 
 _PURGE_EVERY = 512  # home-timeline writes between purges of expired rows
 _PURGE_BATCH = 5000
@@ -167,21 +167,43 @@ class SqliteHomeTimeline:
         return await self.db.run(read, name="home_slice_after", write=False)
 
     async def trim(self, owner: str, keep: int) -> uuid.UUID | None:
+        return (await self.trim_counted(owner, keep)).horizon
+
+    async def trim_counted(self, owner: str, keep: int) -> TrimOutcome:
         owner_lc = canonical(owner)
 
-        def write(conn: sqlite3.Connection) -> uuid.UUID | None:
-            rows = conn.execute(
-                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 2 OFFSET ?",
+        def write(conn: sqlite3.Connection) -> TrimOutcome:
+            top = conn.execute(
+                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 1", (owner_lc,)
+            ).fetchone()
+            newest = uuid.UUID(top[0]) if top else None
+            (counted,) = conn.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM home_timeline WHERE owner_lc = ? LIMIT ?)", (owner_lc, keep + 1)
+            ).fetchone()
+            if counted <= keep:
+                return TrimOutcome(None, counted, newest)
+            key, tweet_id = conn.execute(
+                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 1 OFFSET ?",
                 (owner_lc, keep - 1),
-            ).fetchall()
-            if len(rows) < 2:  # ``keep`` rows or fewer
-                return None
-            key, tweet_id = rows[0]
+            ).fetchone()
             conn.execute("DELETE FROM home_timeline WHERE owner_lc = ? AND sort_key < ?", (owner_lc, key))
             _raise_horizon(conn, owner_lc, key, tweet_id)
-            return uuid.UUID(tweet_id)
+            return TrimOutcome(uuid.UUID(tweet_id), counted, newest)
 
         return await self.db.run(write, name="home_trim")
+
+    async def count_newer(self, owner: str, after: uuid.UUID, limit: int) -> tuple[int, uuid.UUID | None]:
+        if limit <= 0:
+            return 0, None
+        params = (canonical(owner), timeuuid_sort_key(after), limit)
+
+        def read(conn: sqlite3.Connection) -> tuple[int, uuid.UUID | None]:
+            rows = conn.execute(
+                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? AND sort_key > ? ORDER BY sort_key DESC LIMIT ?", params
+            ).fetchall()
+            return len(rows), (uuid.UUID(rows[0][0]) if rows else None)
+
+        return await self.db.run(read, name="home_count_newer", write=False)
 
     async def raise_horizon(self, owner: str, tweet_id: uuid.UUID) -> None:
         params = (canonical(owner), timeuuid_sort_key(tweet_id), str(tweet_id))
