@@ -76,65 +76,85 @@ def _ids(n: int) -> list[uuid.UUID]:
 
 async def test_an_owner_counted_a_moment_ago_is_checked_by_its_newer_rows_only() -> None:
     home, owner = FakeHome(), "reader"
-    cap = HomeCap(home, 80, sample_every=10)  # type: ignore[arg-type]
-    home.add(owner, _ids(30))
+    cap = HomeCap(home, 200, sample_every=25)  # type: ignore[arg-type]
+    home.add(owner, _ids(75))
     cap.schedule([owner], full=False)
     await cap.drain()
-    assert home.trimmed == [(owner, 80)] and home.newer == []  # nothing known yet: a full count
+    assert home.trimmed == [(owner, 200)] and home.newer == []  # nothing known yet: a full count
     first_newest = home.rows[owner][0]
-    home.add(owner, _ids(20))
+    home.add(owner, _ids(50))
     cap.schedule([owner], full=False)
     await cap.drain()
-    # 30 counted, room for 50: only the rows newer than the newest counted are read
-    assert home.trimmed == [(owner, 80)] and home.newer == [(owner, first_newest, 51)]
-    home.add(owner, _ids(25))  # 75 now: room for 5 more, under a sample's worth
+    # 75 counted, room for 125: only the rows newer than the newest counted are read
+    assert home.trimmed == [(owner, 200)] and home.newer == [(owner, first_newest, 126)]
+    home.add(owner, _ids(60))  # 185 now: room for 15 more, under a sample's worth
     cap.schedule([owner], full=False)
     await cap.drain()
-    assert len(home.newer) == 2 and home.trimmed == [(owner, 80)]
-    home.add(owner, _ids(10))  # 85: past the cap
+    assert len(home.newer) == 2 and home.trimmed == [(owner, 200)]
+    home.add(owner, _ids(25))  # 210: past the cap
     cap.schedule([owner], full=False)
     await cap.drain()
-    assert home.trimmed == [(owner, 80), (owner, 80)] and len(home.newer) == 2  # scanned and trimmed at once
-    assert len(home.rows[owner]) == 80
+    assert home.trimmed == [(owner, 200), (owner, 200)] and len(home.newer) == 2  # scanned and trimmed at once
+    assert len(home.rows[owner]) == 200
 
 
 async def test_newer_rows_past_the_room_left_trim_at_once() -> None:
     home, owner = FakeHome(), "reader"
-    cap = HomeCap(home, 80, sample_every=10)  # type: ignore[arg-type]
-    home.add(owner, _ids(30))
+    cap = HomeCap(home, 200, sample_every=25)  # type: ignore[arg-type]
+    home.add(owner, _ids(75))
     assert await cap.trim_now(owner) is None
-    home.add(owner, _ids(60))  # 90, all newer than the count
+    home.add(owner, _ids(150))  # 225, all newer than the count
     cap.schedule([owner], full=False)
     await cap.drain()
-    assert [n[2] for n in home.newer] == [51] and len(home.trimmed) == 2 and len(home.rows[owner]) == 80
+    assert [n[2] for n in home.newer] == [126] and len(home.trimmed) == 2 and len(home.rows[owner]) == 200
 
 
 async def test_a_merge_or_an_old_count_counts_every_row() -> None:
     home, owner = FakeHome(), "reader"
-    cap = HomeCap(home, 80, sample_every=10, remember_s=0.05)  # type: ignore[arg-type]
-    older = _ids(60)
-    home.add(owner, _ids(30))
+    cap = HomeCap(home, 200, sample_every=25, remember_s=0.05)  # type: ignore[arg-type]
+    older = _ids(150)
+    home.add(owner, _ids(75))
     await cap.trim_now(owner)
-    home.add(owner, older)  # a follow merge writes rows older than the newest counted: 90 now
+    home.add(owner, older)  # a follow merge writes rows older than the newest counted: 225 now
     cap.schedule([owner], full=False)
     await cap.drain()  # what the shortcut cannot see (the module's docstring)
-    assert len(home.newer) == 1 and len(home.trimmed) == 1 and len(home.rows[owner]) == 90
+    assert len(home.newer) == 1 and len(home.trimmed) == 1 and len(home.rows[owner]) == 225
     cap.schedule([owner], full=False)
     cap.schedule([owner])  # the merge's own trim, the owner already queued: upgraded to a full count
     await cap.drain()
-    assert len(home.newer) == 1 and len(home.trimmed) == 2 and len(home.rows[owner]) == 80
-    await asyncio.sleep(0.06)  # the count is now too old to stand in for a scan
+    assert len(home.newer) == 1 and len(home.trimmed) == 2 and len(home.rows[owner]) == 200
+
+
+async def test_a_count_older_than_remember_s_is_not_used() -> None:
+    home, owner = FakeHome(), "reader"
+    cap = HomeCap(home, 200, sample_every=25, remember_s=0.05)  # type: ignore[arg-type]
+    home.add(owner, _ids(75))
+    await cap.trim_now(owner)
     cap.schedule([owner], full=False)
     await cap.drain()
-    assert len(home.newer) == 1 and len(home.trimmed) == 3
+    assert len(home.newer) == 1 and len(home.trimmed) == 1
+    await asyncio.sleep(0.06)
+    cap.schedule([owner], full=False)
+    await cap.drain()
+    assert len(home.newer) == 1 and len(home.trimmed) == 2
 
 
 async def test_the_counts_remembered_are_bounded() -> None:
     home = FakeHome()
-    cap = HomeCap(home, 80, sample_every=10, remember_owners=2)  # type: ignore[arg-type]
+    cap = HomeCap(home, 200, sample_every=10, remember_owners=2)  # type: ignore[arg-type]
     for owner in ("a", "b", "c"):
         home.add(owner, _ids(5))
         await cap.trim_now(owner)
     cap.schedule(["a", "c"], full=False)
     await cap.drain()
     assert [n[0] for n in home.newer] == ["c"] and [t[0] for t in home.trimmed] == ["a", "b", "c", "a"]
+
+
+async def test_a_small_cap_always_scans() -> None:
+    home, owner = FakeHome(), "reader"
+    cap = HomeCap(home, 10)  # type: ignore[arg-type]
+    for _ in range(3):
+        home.add(owner, _ids(1))
+        cap.wrote([owner], new_timeuuid())
+        await cap.drain()
+    assert home.newer == [] and len(home.trimmed) == 3

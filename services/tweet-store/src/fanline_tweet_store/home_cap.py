@@ -29,7 +29,8 @@ that (``count_newer``), and scans and trims only once they no longer fit.
 What the shortcut can miss: rows written meanwhile with *older* ids (a
 lagging fan-out of an earlier tweet), for at most ``remember_s`` until the
 next full count. A follow merge or a regeneration writes older rows on
-purpose and always counts in full.
+purpose and always counts in full; caps under ``COUNT_NEWER_FROM_ROWS``
+always scan (their scans are small).
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ log = logging.getLogger(__name__)
 
 
 REMEMBER_S = 60.0  # how long a full count stands in for a scan (see the module's docstring)
-REMEMBER_OWNERS = 50_000  # owners remembered per process, least recently counted forgotten first
+REMEMBER_OWNERS = 10_000  # owners remembered per process (~3 MB), least recently counted forgotten first
+# Below this cap a scan is small and a missed late row would matter more (the
+# tests' and small deployments' caps of 10 trim on every write): always scan.
+COUNT_NEWER_FROM_ROWS = 200
 
 
 class _Counted(NamedTuple):
@@ -122,7 +126,7 @@ class HomeCap:
         return await self._trim(canonical(owner), full=True)
 
     async def _trim(self, owner: str, full: bool) -> uuid.UUID | None:
-        seen = None if full else self._counted.get(owner)
+        seen = None if full or self.max_rows < COUNT_NEWER_FROM_ROWS else self._counted.get(owner)
         if seen is not None and time.monotonic() - seen.full_at <= self._remember_s:
             room = self.max_rows - seen.rows
             if room >= self.sample_every:  # else a trim is about due: straight to the scan
