@@ -69,13 +69,17 @@ def means(before: Page, after: Page, metric: str, filters: Sequence[str] = ()) -
 def statements(before: Mapping[str, Page], after: Mapping[str, Page]) -> dict[str, float]:
     """Cassandra statements run between two scrapes of every page, per statement name, each
     process counted once: the pages of services hosted in one process (``--colocate``) are one
-    registry, told apart by ``process_start_time_seconds``."""
+    registry, told apart by ``process_start_time_seconds`` and the services it hosts
+    (``fanline_build_info``). The start time alone (1/100 s) merged two processes of one run
+    that started in the same tick (run ``3cea``: tweet-store's statements were lost)."""
     out: dict[str, float] = {}
-    seen: set[float | None] = set()
+    seen: set[tuple[float, frozenset[str]]] = set()
     for name, page in after.items():
-        if (started := page.get("process_start_time_seconds")) in seen and started is not None:
-            continue
-        seen.add(started)
+        if (started := page.get("process_start_time_seconds")) is not None:
+            identity = (started, frozenset(k for k in page if k.startswith("fanline_build_info{")))
+            if identity in seen:
+                continue
+            seen.add(identity)
         for series, value in page.items():
             if series.startswith(CQL + "_count{") and (m := re.search(r'statement="([^"]+)"', series)):
                 out[m[1]] = out.get(m[1], 0.0) + value - before.get(name, {}).get(series, 0.0)

@@ -214,6 +214,18 @@ def test_statements_count_each_process_once() -> None:
     assert probes.statements(before, after) == {"home_add": 20.0, "home_slice": 31.0, "tweet_get": 3.0}
 
 
+def test_statements_count_two_processes_started_in_the_same_tick_apart() -> None:
+    """Separate processes (``--no-colocate``) that started in the same 1/100 s are still two:
+    they host other services; one registry's pages name the same ones."""
+    c = 'fanline_cassandra_statement_duration_seconds_count{statement="%s"}'
+    info = 'fanline_build_info{service="%s",version="0.3.0"}'
+    hosts = {info % s: 1.0 for s in ("api", "tweet-store", "social-graph")}
+    colocated = {n: {"process_start_time_seconds": 100.25, **hosts, c % "home_slice": 7.0} for n in ("api", "tweet-store")}
+    assert probes.statements({}, colocated) == {"home_slice": 7.0}
+    apart = {n: {"process_start_time_seconds": 100.25, info % n: 1.0, c % "home_add": 5.0} for n in ("api", "tweet-store")}
+    assert probes.statements({}, apart) == {"home_add": 10.0}
+
+
 def test_proc_cpu_children_and_cost_per_thousand() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     time.sleep(0.5)  # past its start-up
