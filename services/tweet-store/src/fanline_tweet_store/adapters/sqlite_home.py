@@ -173,22 +173,18 @@ class SqliteHomeTimeline:
         owner_lc = canonical(owner)
 
         def write(conn: sqlite3.Connection) -> TrimOutcome:
-            top = conn.execute(
-                "SELECT tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 1", (owner_lc,)
-            ).fetchone()
-            newest = uuid.UUID(top[0]) if top else None
-            (counted,) = conn.execute(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM home_timeline WHERE owner_lc = ? LIMIT ?)", (owner_lc, keep + 1)
-            ).fetchone()
-            if counted <= keep:
-                return TrimOutcome(None, counted, newest)
-            key, tweet_id = conn.execute(
-                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT 1 OFFSET ?",
-                (owner_lc, keep - 1),
-            ).fetchone()
+            # One read of the newest ``keep + 1`` rows, as the Cassandra adapter scans.
+            rows = conn.execute(
+                "SELECT sort_key, tweet_id FROM home_timeline WHERE owner_lc = ? ORDER BY sort_key DESC LIMIT ?",
+                (owner_lc, keep + 1),
+            ).fetchall()
+            newest = uuid.UUID(rows[0][1]) if rows else None
+            if len(rows) <= keep:
+                return TrimOutcome(None, len(rows), newest)
+            key, tweet_id = rows[keep - 1]
             conn.execute("DELETE FROM home_timeline WHERE owner_lc = ? AND sort_key < ?", (owner_lc, key))
             _raise_horizon(conn, owner_lc, key, tweet_id)
-            return TrimOutcome(uuid.UUID(tweet_id), counted, newest)
+            return TrimOutcome(uuid.UUID(tweet_id), len(rows), newest)
 
         return await self.db.run(write, name="home_trim")
 
