@@ -106,6 +106,18 @@ async def run(ctx: Ctx, order: list[str], only: set[str] | None) -> None:
         ctx.rec.add(rows.META, "duration_s", time.monotonic() - started)
 
 
+def refresh_capacity_model(latest: Path) -> None:
+    """docs/operations/scale.md's capacity model is generated from the repository's
+    latest.json (a unit test checks it is current): rewrite it whenever that file
+    changes, so committing a run cannot leave the page behind. Other outputs
+    (--out, --quick) leave it alone."""
+    if latest != REPO / "bench" / "results" / "latest.json":
+        return
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "capacity_model.py")], capture_output=True, text=True)
+    failed = f"capacity model not written: {done.stderr.strip()}"
+    say("wrote docs/operations/scale.md (capacity model)" if done.returncode == 0 else failed)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or REPO / "bench" / "results" / ("quick" if args.quick else "")
@@ -113,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     latest = out / "latest.json"
     if args.render:
         say("wrote " + ", ".join(map(str, report.render(rows.load(latest), page, latest))))
+        refresh_capacity_model(latest)
         return 0
     order, params = load_plan(args.quick, args.set)
     if unknown := set(args.only.split(",") if args.only else ()) - set(order):
@@ -143,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.write(rec.rows, out / f"{run_id}.json")
     rows.write(merged, latest)
     say("wrote " + ", ".join(map(str, [out / f"{run_id}.json", latest, *report.render(merged, page, latest)])))
+    refresh_capacity_model(latest)
     for v in targets.evaluate(rows.Results(merged)):
         say(f"target {v.key}: {v.measured} {v.op} {v.bound}: {v.result} {v.note}")
     return 0
