@@ -121,3 +121,23 @@ def test_a_hole_in_one_generation_is_logged_and_a_new_generation_is_not() -> Non
             watch.saw(m)
     jumps = [e for e in logged if e["event"] == "offsets.jump"]
     assert [(e["first"], e["last"], e["generation"]) for e in jumps] == [(102, 104, 2)]
+
+
+@pytest.mark.parametrize("fetch", [{}, {"FANLINE_WORKER_FETCH_MIN_BYTES": "1", "FANLINE_WORKER_FETCH_MAX_WAIT_MS": "1500"}])
+async def test_the_worker_consumer_fetches_with_the_configured_minimum_and_wait(fetch: dict[str, str], tmp_path: Any) -> None:
+    """``BatchedFetchThread`` hands the settings to the aiokafka consumer faust
+    creates (its private fields: this fails if aiokafka renames them); unset,
+    they are 64 KiB and 100 ms (faust's own: 1 byte, 1,500 ms)."""
+    env = {**os.environ, "FANLINE_INTERNAL_TOKEN": "t" * 32, "FANLINE_DATA_DIR": str(tmp_path), **fetch}
+    app = create_app(Settings.from_env(env))
+    thread = app.consumer._new_consumer_thread()
+    assert type(thread).__name__ == "BatchedFetchThread"
+    kafka_consumer = thread._create_worker_consumer(app.transport)
+    try:
+        wanted = (
+            int(fetch.get("FANLINE_WORKER_FETCH_MIN_BYTES", 65536)),
+            int(fetch.get("FANLINE_WORKER_FETCH_MAX_WAIT_MS", 100)),
+        )
+        assert (kafka_consumer._fetch_min_bytes, kafka_consumer._fetch_max_wait_ms) == wanted
+    finally:
+        await kafka_consumer._client.close()

@@ -74,6 +74,7 @@ class FanoutApp(faust.App):
 
     hosting: Hosting | None = None
     _hosting_started = False
+    fetch: tuple[int, int] | None = None  # (fetch_min_bytes, fetch_max_wait_ms): offsets.BatchedFetchThread
 
     def _new_transport(self) -> Any:
         # As faust's (the brokers are always kafka://), with a consumer whose
@@ -324,4 +325,5 @@ def create_app(settings: Settings, hosted: list[Part] | None = None) -> faust.Ap
 
     app.fanline_clients = (social, tweets)  # type: ignore[attr-defined]
     app.hosting = Hosting(hosted) if hosted else None
+    app.fetch = (settings.fetch_min_bytes, settings.fetch_max_wait_ms)
     return app

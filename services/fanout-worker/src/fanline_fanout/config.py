@@ -30,6 +30,15 @@ class Settings(EnvSettings):
     # times goes to the dead-letter topic.
     max_unexpected_attempts: int = env_int("FANLINE_FANOUT_MAX_ATTEMPTS", 5, minimum=1)
     commit_interval_s: float = env_float("FANLINE_COMMIT_INTERVAL_S", 1.0, positive=True)
+    # A fetch is answered once the broker has this many bytes for it, or
+    # after the wait (offsets.BatchedFetchThread): a trickle of events
+    # arrives a few per fetch, at most the wait later. Measured in alternating
+    # 150 s `mixed` runs against faust's own (1 byte, 1,500 ms): the worker
+    # -23 % CPU per request, the whole system -10 %; delivery lag p50 +50 ms,
+    # p99 ~240 ms; idle, the worker and Kafka +1.3 % of a core (10 empty
+    # fetches a second). FANLINE_WORKER_FETCH_MIN_BYTES=1: faust's way.
+    fetch_min_bytes: int = env_int("FANLINE_WORKER_FETCH_MIN_BYTES", 65536, minimum=1)
+    fetch_max_wait_ms: int = env_int("FANLINE_WORKER_FETCH_MAX_WAIT_MS", 100, minimum=0)
     # A killed worker's partitions move to the others after the session
     # timeout. The embedded broker also makes a joining member wait the whole
     # rebalance timeout, so keep it short.
