@@ -36,6 +36,7 @@ from . import report, rows, targets
 from .context import REPO, Ctx, say
 
 PLAN = Path(__file__).with_name("scenarios.toml")
+RESULTS = REPO / "bench" / "results"  # the committed results; --out writes elsewhere
 
 
 def load_plan(quick: bool, overrides: Sequence[str] = (), path: Path = PLAN) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -111,7 +112,7 @@ def refresh_capacity_model(latest: Path) -> None:
     latest.json (a unit test checks it is current): rewrite it whenever that file
     changes, so committing a run cannot leave the page behind. Other outputs
     (--out, --quick) leave it alone."""
-    if latest != REPO / "bench" / "results" / "latest.json":
+    if latest != RESULTS / "latest.json":
         return
     done = subprocess.run([sys.executable, str(REPO / "tools" / "capacity_model.py")], capture_output=True, text=True)
     failed = f"capacity model not written: {done.stderr.strip()}"
@@ -120,7 +121,7 @@ def refresh_capacity_model(latest: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    out = args.out or REPO / "bench" / "results" / ("quick" if args.quick else "")
+    out = args.out or RESULTS / ("quick" if args.quick else "")
     page = args.docs or (out / "benchmarks.md" if args.quick or args.out else REPO / "docs" / "benchmarks.md")
     latest = out / "latest.json"
     if args.render:

@@ -74,7 +74,7 @@ class FanoutApp(faust.App):
 
     hosting: Hosting | None = None
     _hosting_started = False
-    fetch: tuple[int, int] | None = None  # (fetch_min_bytes, fetch_max_wait_ms): offsets.BatchedFetchThread
+    fetch: tuple[int, int] = (1, 1500)  # (fetch_min_bytes, fetch_max_wait_ms), faust's until create_app sets the settings
 
     def _new_transport(self) -> Any:
         # As faust's (the brokers are always kafka://), with a consumer whose

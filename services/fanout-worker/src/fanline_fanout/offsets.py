@@ -59,8 +59,7 @@ def is_finished(message: Any) -> bool:
 
 class BatchedFetchThread(AIOKafkaConsumerThread):  # type: ignore[misc]
     """faust's consumer thread, with the fetch settings of the app's
-    ``fetch`` (``(fetch_min_bytes, fetch_max_wait_ms)``; None: faust's own,
-    1 byte and 1,500 ms). faust passes no ``fetch_min_bytes`` to aiokafka, so
+    ``fetch`` (``(fetch_min_bytes, fetch_max_wait_ms)``). faust passes no ``fetch_min_bytes`` to aiokafka, so
     the broker answers a fetch as soon as one event arrives: at a trickle of
     events each one costs a fetch round trip in this thread, a wake-up of the
     worker's loop and a fetch for the broker to serve. A larger minimum with a
@@ -69,11 +68,9 @@ class BatchedFetchThread(AIOKafkaConsumerThread):  # type: ignore[misc]
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
-        fetch = getattr(self.app, "fetch", None)
-        if fetch is not None:
-            # Read by AIOKafkaConsumer.start() when it creates its Fetcher; the
-            # unit tests check aiokafka still keeps them under these names.
-            consumer._fetch_min_bytes, consumer._fetch_max_wait_ms = fetch
+        # Read by AIOKafkaConsumer.start() when it creates its Fetcher; the
+        # unit tests check aiokafka still keeps them under these names.
+        consumer._fetch_min_bytes, consumer._fetch_max_wait_ms = self.app.fetch  # type: ignore[attr-defined]  # a FanoutApp
         return consumer
 
 
