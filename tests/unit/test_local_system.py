@@ -46,6 +46,17 @@ def test_fanout_replica_takes_the_workers_writes(tmp_path: Path) -> None:
     assert system.nice_of("social-graph") == 0 and system.nice_of(FANOUT_GRAPH_REPLICA) == 10
 
 
+def test_the_embedded_broker_gets_fausts_fetch_and_kafka_the_workers_default(tmp_path: Path, monkeypatch) -> None:
+    for name in ("FANLINE_WORKER_FETCH_MIN_BYTES", "FANLINE_WORKER_FETCH_MAX_WAIT_MS"):
+        monkeypatch.delenv(name, raising=False)
+    embedded = System(data_dir=tmp_path).env()
+    assert (embedded["FANLINE_WORKER_FETCH_MIN_BYTES"], embedded["FANLINE_WORKER_FETCH_MAX_WAIT_MS"]) == ("1", "1500")
+    kafka = System(data_dir=tmp_path, kafka_bootstrap="127.0.0.1:9092", backend="cassandra").env()
+    assert "FANLINE_WORKER_FETCH_MIN_BYTES" not in kafka and "FANLINE_WORKER_FETCH_MAX_WAIT_MS" not in kafka
+    monkeypatch.setenv("FANLINE_WORKER_FETCH_MAX_WAIT_MS", "50")  # an operator's own setting stands
+    assert System(data_dir=tmp_path).env()["FANLINE_WORKER_FETCH_MAX_WAIT_MS"] == "50"
+
+
 def test_colocate_runs_the_stores_in_the_gateways_process(tmp_path: Path) -> None:
     system = System(data_dir=tmp_path, base_port=9000, colocate=True)
     assert system.services() == ("api", "fanout-worker")  # two processes
