@@ -96,6 +96,10 @@ class Ctx:
         """``[system.env]`` for a system named ``run``, pointed at the engines."""
         return {k: v.format(run=run) for k, v in self.params["system"]["env"].items()} | self.infra.settings_env()
 
+    def topic_prefixes(self, run: str) -> tuple[str, ...]:
+        """The prefixes of every topic a system named ``run`` creates (see :func:`topic_prefixes`)."""
+        return topic_prefixes(self.params["system"]["env"], run)
+
     def post_author(self, round_: int, n: int) -> str:
         return f"a{self.tag}p{n}r{round_}"
 
@@ -138,7 +142,7 @@ class Ctx:
                 await cql.execute(self.session, f"DROP KEYSPACE IF EXISTS {ks}", name="bench_drop")
             await cql.close_session(self.session)
         if not self.args.keep:
-            await delete_topics(self.infra.kafka_bootstrap, (f"bench.{self.tag}.",))
+            await delete_topics(self.infra.kafka_bootstrap, self.topic_prefixes(self.tag))
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # --- the API --------------------------------------------------------------------------------------
@@ -296,6 +300,18 @@ def stop_process(proc: subprocess.Popen[bytes] | None, timeout: float = 15) -> N
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def topic_prefixes(env: dict[str, str], run: str) -> tuple[str, ...]:
+    """The prefixes of the topics a system named ``run`` creates, from ``[system.env]``.
+
+    Fanline's own topics (events, its chunks, the DLQ) share the events topic's
+    prefix; faust names its own topics (``<group>-__assignor-__leader``, any
+    changelog) after the worker's group. Deleting only the first left eleven
+    leader topics behind each full run (run 2228).
+    """
+    events, group = env["FANLINE_EVENTS_TOPIC"].format(run=run), env["FANLINE_WORKER_GROUP"].format(run=run)
+    return events.rsplit(".", 1)[0] + ".", group + "-"
 
 
 async def delete_topics(bootstrap: str, prefixes: tuple[str, ...]) -> None:

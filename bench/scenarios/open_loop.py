@@ -252,4 +252,4 @@ async def started(
         if not ctx.args.keep:
             for ks in ("social_graph", "tweet_store"):
                 await cql.execute(ctx.session, f"DROP KEYSPACE IF EXISTS bench_{side}_{ks}", name="bench_drop")
-            await delete_topics(ctx.infra.kafka_bootstrap, (f"bench.{side}.",))
+            await delete_topics(ctx.infra.kafka_bootstrap, ctx.topic_prefixes(side))

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from bench import bare, openloop, probes, report, rows, run, seed, stats, targets
+from bench.context import topic_prefixes
 from bench.scenarios.celebrity import crossover
 from bench.scenarios.fanout import _cpu_between, steady_rate, summarize
 from bench.scenarios.hops import mix_floor
@@ -47,6 +48,17 @@ def test_every_scenario_in_order_is_a_coroutine_of_its_module_and_quick_only_shr
         assert all(quick[table][k] == v for k, v in overrides.items())
     assert quick["post_latency"]["curve"] == [] and full["post_latency"]["curve"] == [100000]
     assert quick["baseline_ref"]["rounds"] == 1 and full["baseline_ref"]["rounds"] >= stats.MIN_REPEATS
+
+
+def test_the_teardown_deletes_faust_s_topics_too_and_no_other_run_s() -> None:
+    env = run.load_plan(False)[1]["system"]["env"]
+    prefixes = topic_prefixes(env, "2228b0")
+    ours = [env[k].format(run="2228b0") for k in ("FANLINE_EVENTS_TOPIC", "FANLINE_DLQ_TOPIC")]
+    ours += [ours[0] + ".chunks", env["FANLINE_WORKER_GROUP"].format(run="2228b0") + "-__assignor-__leader"]
+    assert all(t.startswith(prefixes) for t in ours), (prefixes, ours)
+    names = ("FANLINE_EVENTS_TOPIC", "FANLINE_WORKER_GROUP")
+    others = [env[k].format(run=r) for k in names for r in ("2228", "2228b1", "97da")]
+    assert not any(t.startswith(prefixes) for t in others), (prefixes, others)
 
 
 def test_set_overrides_parse_toml_values_and_refuse_unknown_keys() -> None:
