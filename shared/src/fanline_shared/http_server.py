@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from . import logs
+from . import logs, stalls
 from .config import Env, HttpSettings, LogSettings
 from .http_coalesce import CoalescingHttpToolsProtocol
 from .http_routes import error_body, json_response, metrics_response
@@ -45,6 +45,14 @@ def tune_gc_after_startup() -> None:
     per-request reference cycles, which ``cassandra.callbacks._release`` now breaks."""
     gc.collect()
     gc.freeze()
+
+
+def after_startup() -> None:
+    """What every service process does once started, on its running loop:
+    the GC freeze (``tune_gc_after_startup``) and the loop's stall watch
+    (``stalls.watch``)."""
+    tune_gc_after_startup()
+    stalls.watch()
 
 
 class AfterStartup:
@@ -170,7 +178,7 @@ def server_config(app: Any, http: HttpSettings, *, last: bool = True) -> tuple[u
     sockets = [bind(http.host, http.port), bind(http.host, http.metrics_port)]
     wrapped: Any = MetricsPort(app, sockets[1].getsockname()[1])
     if last:
-        wrapped = AfterStartup(wrapped, tune_gc_after_startup)
+        wrapped = AfterStartup(wrapped, after_startup)
     config = uvicorn.Config(
         wrapped, host=http.host, port=http.port, timeout_graceful_shutdown=10, lifespan="on", **UVICORN_SETTINGS
     )

@@ -104,6 +104,21 @@ PEER_LATENCY = Histogram(
 )
 PEER_ERRORS = Counter("fanline_peer_errors_total", "Failed calls to another Fanline service", ["service", "peer", "operation"])
 
+# --- the process's event loop (stalls.py) ---------------------------------------
+# How late each 100 ms heartbeat of the loop ran: the wait every request on the loop pays.
+EVENT_LOOP_LAG = Histogram(
+    "fanline_event_loop_lag_seconds",
+    "How late the event loop's heartbeat ran (a stall of the loop delays every request in flight)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+_GC_PAUSE = Histogram(
+    "fanline_gc_pause_seconds",
+    "Duration of the older generations' garbage collections (each holds the whole process)",
+    ["generation"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+GC_PAUSE = {generation: _GC_PAUSE.labels(str(generation)) for generation in (1, 2)}  # bound once: observed in gc's callback
+
 # --- domain -----------------------------------------------------------------
 TWEETS_POSTED = Counter("fanline_tweets_posted_total", "Tweets accepted (201) by the gateway")
 TWEETS_DELETED = Counter("fanline_tweets_deleted_total", "Tweets deleted")

@@ -41,7 +41,7 @@ from fanline_shared.clients.tweet_store import TweetStoreClient
 from fanline_shared.colocation import Hosting, Part
 from fanline_shared.domain import OutboxEvent
 from fanline_shared.errors import DomainError, Unavailable
-from fanline_shared.http_server import tune_gc_after_startup
+from fanline_shared.http_server import after_startup
 from fanline_shared.logs import (
     get_logger,
     kafka_headers,
@@ -91,8 +91,9 @@ class FanoutApp(faust.App):
         await super().on_started()
         # As every HTTP service does after its start-up (http_server): the
         # driver's metadata, faust's and the hosted stores' objects are never
-        # scanned by the GC again (the worker alone did not freeze them).
-        tune_gc_after_startup()
+        # scanned by the GC again (the worker alone did not freeze them), and
+        # its loop's stalls are measured and reported.
+        after_startup()
 
     async def on_shutdown(self) -> None:
         await super().on_shutdown()
