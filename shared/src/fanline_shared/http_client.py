@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import orjson
 
 from . import http_local, metrics
-from .errors import OVERLOADED_HEADER, Overloaded, Unavailable, from_status
+from .errors import OVERLOADED_HEADER, DomainError, Overloaded, Unavailable, from_status, status_of
 from .http_pool import Answer, ConnectionPool, PeerUnreachable, header_block
 from .internal_auth import CODE as INTERNAL_UNAUTHORIZED
 from .internal_auth import auth_headers
@@ -175,6 +175,37 @@ class PeerClient:
             finally:
                 latency.observe(time.perf_counter() - started)
             return self._answer(answer, errors)
+
+        if policy is None:
+            return await once()
+        return await retry(policy, once)
+
+    def offers(self, name: str) -> bool:
+        """Whether the peer is hosted in this process and offers ``name`` as a
+        plain call (``http_local.Direct``): then ``direct``, else ``call``."""
+        local = self._in_process()
+        return local is not None and local.offers(name)
+
+    async def direct(self, name: str, path: str, *args: Any, operation: str, policy: RetryPolicy | None = PEER_REQUEST) -> Any:
+        """``call`` for the plain call ``name`` (``offers``): ``args`` instead of
+        a request to ``path``, the same answer, errors, retries and metrics."""
+        local = self._in_process()
+        assert local is not None
+        latency, errors = self._observers(operation)
+
+        async def once() -> Any:
+            started = time.perf_counter()
+            try:
+                return await local.direct(name, self._prefix + path, self._timeout_s, *args)
+            except PeerUnreachable as exc:
+                errors.inc()
+                raise Unavailable(f"{self._peer} unavailable ({exc})") from None
+            except DomainError as exc:
+                if status_of(exc) >= 500:
+                    errors.inc()
+                raise
+            finally:
+                latency.observe(time.perf_counter() - started)
 
         if policy is None:
             return await once()

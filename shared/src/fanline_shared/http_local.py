@@ -37,14 +37,26 @@ the whole app as before, so those answers are the chain's own (issue 31:
 the chain was a fifth of a warm call's CPU, ``python -m bench.local_call``;
 what that does to the whole system's cost was below what ``paired_cost``
 resolves, docs/benchmarks.md).
+
+Shorter still, a hosted service may offer an operation as a plain call
+(``InProcess.calls``, a ``Direct``): its function is handed the request's
+parameters as the route would read them and returns the route's answer as
+its caller decodes it, with no request, response or JSON between them.
+``LocalPeer.direct`` runs it through the same admission gate, the same
+timeout (``PeerUnreachable``), and the route's metrics; its domain errors
+are the route's (the caller rebuilds them as from the status). It runs in
+the caller's task, so it must not set context variables. The tweet-store's
+timeline pages are one (issue 31: the home read is half of the standard mix;
+its JSON was encoded by the store, decoded and encoded again by the gateway).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import unquote
 
@@ -53,6 +65,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 from structlog.contextvars import bound_contextvars
 
+from . import metrics
+from .errors import OVERLOADED_HEADER, DomainError, Overloaded, from_status, status_of
 from .http_pool import Answer, PeerUnreachable
 from .internal_auth import presents, protected
 from .logs import REQUEST_ID_HEADER, new_request_id
@@ -80,15 +94,28 @@ class Admitting(Protocol):
 
 
 @dataclass(frozen=True)
+class Direct:
+    """An operation offered as a plain call (the module docstring): ``fn``
+    answers what the route ``method template`` of ``service`` answers."""
+
+    service: str
+    method: str
+    template: str
+    fn: Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
 class InProcess:
     """A hosted service's short way in for callers in its process (the
     module docstring), set on its app as ``app.state.in_process``: the
-    ``routes`` its router serves, its ``admission`` (None: none) and its
-    service credential ``token`` (None: every internal call refused)."""
+    ``routes`` its router serves, its ``admission`` (None: none), its
+    service credential ``token`` (None: every internal call refused) and the
+    operations it offers as plain ``calls``."""
 
     routes: Sequence[BaseRoute]
     admission: Admitting | None
     token: bytes | None
+    calls: Mapping[str, Direct] = field(default_factory=dict)
 
     def route(self, scope: dict[str, Any]) -> tuple[Route, Mapping[str, Any]] | None:
         """The route that serves this request and its part of the scope, as
@@ -155,6 +182,55 @@ class LocalPeer:
         finally:
             if not task.done():
                 task.cancel()
+
+    def offers(self, name: str) -> bool:
+        """Whether the hosted service offers ``name`` as a plain call."""
+        return self._short is not None and name in self._short.calls
+
+    async def direct(self, name: str, path: str, timeout_s: float, *args: Any) -> Any:
+        """The plain call ``name`` (``offers``) for a request to ``path``: its
+        answer, or the route's domain error; ``Overloaded`` when the gate
+        sheds it, ``PeerUnreachable`` past ``timeout_s``."""
+        assert self._short is not None
+        short, call = self._short, self._short.calls[name]
+        scope = {"type": "http", "method": call.method, "path": path, "headers": [], "app": self._target.app}
+        started, status, shed = time.perf_counter(), 200, False
+
+        async def run() -> Any:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await call.fn(*args)
+            except TimeoutError:
+                raise PeerUnreachable(f"no answer within {timeout_s:g} s") from None
+
+        async def refused(response: Response) -> Any:
+            nonlocal shed
+            shed = True  # counted by the gate, as over HTTP
+            raise _overloaded(call, response.headers.get("retry-after", ""))
+
+        try:
+            if short.admission is None:
+                return await run()
+            return await short.admission.around(scope, run, refused)
+        except PeerUnreachable:
+            status = 0  # cancelled, as a route whose caller hung up: no answer counted
+            raise
+        except DomainError as exc:
+            if shed:
+                status = 0
+                raise
+            # As the route answers it and the caller rebuilds it from the answer.
+            status = status_of(exc)
+            if OVERLOADED_HEADER in (getattr(exc, "headers", None) or {}):
+                raise _overloaded(call, str(getattr(exc, "retry_after", ""))) from None
+            raise from_status(status, exc.code, exc.message) from None
+        except Exception:
+            log.exception("hosted service %s failed on %s %s", call.service, call.method, path)
+            status = 500
+            raise from_status(500, "internal", "internal error") from None
+        finally:
+            if status:
+                _record(call, status, time.perf_counter() - started)
 
     async def _run(self, scope: dict[str, Any], exchange: _Exchange) -> Answer:
         try:
@@ -225,6 +301,27 @@ class LocalPeer:
 
 
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
+_ROUTE_METRICS: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}  # label children, resolved once
+
+
+def _overloaded(call: Direct, retry_after: str) -> Overloaded:
+    """The error a caller over HTTP makes of a shed answer (``http_client``)."""
+    return Overloaded(
+        f"{call.service} is over its capacity; retry later", retry_after=int(retry_after) if retry_after.isdigit() else 1
+    )
+
+
+def _record(call: Direct, status: int, elapsed: float) -> None:
+    """The route's metrics (``http_routes.route``) for a plain call."""
+    key = (call.service, call.method, call.template, status)
+    children = _ROUTE_METRICS.get(key)
+    if children is None:
+        children = _ROUTE_METRICS[key] = (
+            metrics.HTTP_LATENCY.labels(call.service, call.method, call.template),
+            metrics.HTTP_REQUESTS.labels(call.service, call.method, call.template, str(status)),
+        )
+    children[0].observe(elapsed)
+    children[1].inc()
 
 
 def _answer_of(response: Response) -> Answer:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,6 +22,7 @@ from fanline_shared.clients.social_graph import SocialGraphClient
 from fanline_shared.domain import MAX_USERNAMES_PER_LOOKUP, is_valid_username, parse_rfc3339, parse_tweet_id
 from fanline_shared.errors import BadRequest, DomainError, InvalidInput, NotFound, Overloaded
 from fanline_shared.http_client import BULK, PRIORITY_HEADER, caller_budget_s
+from fanline_shared.http_local import Direct
 from fanline_shared.http_routes import Degraded, json_response, read_json_object, route
 from fanline_shared.logs import get_logger
 from fanline_shared.outbox.wire import event_to_json
@@ -57,9 +58,9 @@ def _tweet_id(raw: str) -> uuid.UUID:
     return value
 
 
-def _limit(request: Request) -> int:
+def _limit(params: Mapping[str, str]) -> int:
     try:
-        value = int(request.query_params.get("limit", "20"))
+        value = int(params.get("limit", "20"))
     except ValueError:
         raise InvalidInput("limit must be an integer", code="invalid_limit") from None
     if not 1 <= value <= 1000:
@@ -67,8 +68,8 @@ def _limit(request: Request) -> int:
     return value
 
 
-def _before(request: Request) -> uuid.UUID | None:
-    raw = request.query_params.get("before")
+def _before(params: Mapping[str, str]) -> uuid.UUID | None:
+    raw = params.get("before")
     if not raw:
         return None
     value = parse_tweet_id(raw)
@@ -77,8 +78,8 @@ def _before(request: Request) -> uuid.UUID | None:
     return value
 
 
-def _since(request: Request) -> uuid.UUID | None:
-    raw = request.query_params.get("since")
+def _since(params: Mapping[str, str]) -> uuid.UUID | None:
+    raw = params.get("since")
     if raw is None:
         return None
     value = parse_tweet_id(raw)
@@ -87,10 +88,10 @@ def _since(request: Request) -> uuid.UUID | None:
     return value
 
 
-def _sid_bound(request: Request, name: str) -> int | None:
+def _sid_bound(params: Mapping[str, str], name: str) -> int | None:
     """``max_sid``/``since_sid``/``min_sid``: a status id (any 64-bit number;
     sids.py turns it into a timeuuid bound), or ``422``."""
-    raw = request.query_params.get(name)
+    raw = params.get(name)
     if raw is None:
         return None
     value = parse_sid(raw)
@@ -214,24 +215,35 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         log.info("tweet.deleted", tweet_id=request.path_params["tweet_id"], event_id=str(event.id))
         return json_response({"event": event_to_json(event)})
 
+    async def timeline_page(kind: str, owner: str | None, params: Mapping[str, str]) -> dict[str, Any]:
+        """A page of a timeline, as its route answers it (decoded): the route's
+        handler and the plain call offered to the gateway in this process."""
+        before, since, after = _before(params), _since(params), None
+        # Mastodon-style bounds by status id (the gateway's /api/v1 timelines).
+        if (max_sid := _sid_bound(params, "max_sid")) is not None:
+            before = older_than(max_sid)
+        if (since_sid := _sid_bound(params, "since_sid")) is not None:
+            since = newer_than(since_sid)
+        if (min_sid := _sid_bound(params, "min_sid")) is not None:
+            after = newer_than(min_sid)
+        items, nxt = await app.state.store.page(kind, owner, _limit(params), before, since, after)
+        body: dict[str, Any] = {"items": [tweet_json(t) for t in items], "next": nxt}
+        if nxt is not None:
+            body["next_sid"] = str(to_sid(uuid.UUID(nxt)))
+        return body
+
     def timeline(kind: str):  # type: ignore[no-untyped-def]
         async def handler(request: Request) -> Response:
-            owner = request.path_params.get("username")
-            before, since, after = _before(request), _since(request), None
-            # Mastodon-style bounds by status id (the gateway's /api/v1 timelines).
-            if (max_sid := _sid_bound(request, "max_sid")) is not None:
-                before = older_than(max_sid)
-            if (since_sid := _sid_bound(request, "since_sid")) is not None:
-                since = newer_than(since_sid)
-            if (min_sid := _sid_bound(request, "min_sid")) is not None:
-                after = newer_than(min_sid)
-            items, nxt = await store(request).page(kind, owner, _limit(request), before, since, after)
-            body: dict[str, Any] = {"items": [tweet_json(t) for t in items], "next": nxt}
-            if nxt is not None:
-                body["next_sid"] = str(to_sid(uuid.UUID(nxt)))
-            return json_response(body)
+            return json_response(await timeline_page(kind, request.path_params.get("username"), request.query_params))
 
         return handler
+
+    def timeline_call(kind: str) -> Callable[[str | None, Mapping[str, str]], Awaitable[dict[str, Any]]]:
+        async def call(owner: str | None, params: Mapping[str, str]) -> dict[str, Any]:
+            with activity.serving():  # user-facing, as the route's fg()
+                return await timeline_page(kind, owner, params)
+
+        return call
 
     async def counts(request: Request) -> Response:
         names = [n for n in request.query_params.get("usernames", "").split(",") if n]
@@ -367,4 +379,9 @@ def create_app(settings: Settings, storage: TweetStoreStorage | None = None) -> 
         checks={"social-graph": check_social_graph},
     )
     app.state.activity = activity  # read by tests: which routes count as user-facing
+    # The timelines as plain calls for the gateway when it hosts this service
+    # (http_local.Direct): the same answer without a request, a response or JSON.
+    templates = {"home": "/internal/home/{username}", "user": "/internal/userline/{username}", "public": "/internal/public"}
+    calls = {f"timeline_{k}": Direct(SERVICE, "GET", t, timeline_call(k)) for k, t in templates.items()}
+    app.state.in_process = dataclasses.replace(app.state.in_process, calls=calls)
     return app

@@ -11,9 +11,10 @@ user-facing request was last served; the adaptive fan-out limit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -48,12 +49,19 @@ class ForegroundActivity:
         async def wrapped(request: Request) -> Response:
             if request.headers.get(PRIORITY_HEADER) in (BACKGROUND, BULK):
                 return await handler(request)  # the worker's own calls
-            self._active += 1
-            self.touch()
-            try:
+            with self.serving():
                 return await handler(request)
-            finally:
-                self._active -= 1
-                self.touch()
 
         return wrapped
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """A user-facing request served in this block: the fan-out yields
+        while it runs and for ``quiet_s`` after."""
+        self._active += 1
+        self.touch()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            self.touch()
