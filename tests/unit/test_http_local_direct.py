@@ -111,3 +111,15 @@ async def test_the_callers_timeout_ends_the_call_and_frees_the_slot(hold: asynci
         await client(timeout_s=0.1).direct("held", "/internal/held", operation="held", policy=NO_RETRY)
     hold.set()
     assert await client().direct("echo", "/internal/echo/t4", "t4", operation="echo", policy=None) == {"value": "t4"}
+
+
+async def test_a_timeout_of_the_function_itself_is_a_failure_not_the_callers(hold: asyncio.Event) -> None:
+    async def times_out() -> Any:
+        raise TimeoutError  # e.g. the store's own budget on some work, not the caller's
+
+    app = http_local.hosted("tweet-store")
+    assert app is not None
+    calls = dict(app.app.state.in_process.calls, own=http_local.Direct(SERVICE, "GET", "/internal/held", times_out))
+    app.app.state.in_process = dataclasses.replace(app.app.state.in_process, calls=calls)
+    with pytest.raises(PeerFailed):
+        await client().direct("own", "/internal/held", operation="own", policy=NO_RETRY)

@@ -196,22 +196,22 @@ class LocalPeer:
         scope = {"type": "http", "method": call.method, "path": path, "headers": [], "app": self._target.app}
         started, status, shed = time.perf_counter(), 200, False
 
-        async def run() -> Any:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    return await call.fn(*args)
-            except TimeoutError:
-                raise PeerUnreachable(f"no answer within {timeout_s:g} s") from None
-
         async def refused(response: Response) -> Any:
             nonlocal shed
             shed = True  # counted by the gate, as over HTTP
             raise _overloaded(call, response.headers.get("retry-after", ""))
 
+        timer = asyncio.timeout(timeout_s)  # the wait for a slot included, as over HTTP
         try:
-            if short.admission is None:
-                return await run()
-            return await short.admission.around(scope, run, refused)
+            try:
+                async with timer:
+                    if short.admission is None:
+                        return await call.fn(*args)
+                    return await short.admission.around(scope, lambda: call.fn(*args), refused)
+            except TimeoutError:
+                if not timer.expired():
+                    raise  # the function's own: a failure of the route, below
+                raise PeerUnreachable(f"no answer within {timeout_s:g} s") from None
         except PeerUnreachable:
             status = 0  # cancelled, as a route whose caller hung up: no answer counted
             raise
