@@ -62,11 +62,19 @@ def populate(api: Api) -> list[tuple[str, str]]:
             api.follow(token, name, other)
     first, first_token = people[0]
     api.unfollow(first_token, first, people[1][0])
-    posted = [api.post(token, f"before the backup: {name} #{n}")["id"] for name, token in people for n in range(3)]
-    assert api.request("DELETE", f"/v1/tweets/{posted[-1]}", people[-1][1]).status_code == 204
-    # settled: the newest live tweet of every author reached everyone following them
-    last_name, _ = people[-1]
-    eventually(lambda: len(api.home_ids(first_token)) == 3 + 3 * 3 - 1, timeout=60, what="fan-out of the writes")
+    posted = {name: [api.post(token, f"before the backup: {name} #{n}")["id"] for n in range(3)] for name, token in people}
+    last_name, last_token = people[-1]
+    assert api.request("DELETE", f"/v1/tweets/{posted[last_name].pop()}", last_token).status_code == 204
+    # Settled before the state is read: every live tweet in its author's and
+    # each follower's home timeline. Waiting on one user's home only let the
+    # others' rows land between the read of `before` and the backup (CI,
+    # 2026-12-07: the second user's own three rows were written 0.2 s after
+    # the first user's home was complete).
+    follows = {name: {other for other, _ in people[i + 1 :]} for i, (name, _) in enumerate(people)}
+    follows[first].discard(people[1][0])
+    for name, token in people:
+        expected = {t for author in follows[name] | {name} for t in posted[author]}
+        eventually(lambda t=token, e=expected: set(api.home_ids(t)) == e, timeout=60, what=f"fan-out to {name}")  # type: ignore[misc]
     eventually(lambda: len(api.all_items(f"/v1/users/{last_name}/tweets")) == 2, timeout=30, what="the delete")
     return people
 
