@@ -103,6 +103,13 @@ class Overloaded(Unavailable):
         self.headers: dict[str, str] = {OVERLOADED_HEADER: shed_by} if shed_by else {}
 
 
+def peer_overloaded(peer: str, retry_after: str) -> Overloaded:
+    """What a caller makes of ``peer``'s shed answer (its ``Retry-After``
+    value, seconds; anything else: 1): over HTTP (``http_client``) and in
+    process (``http_local.Direct``) alike."""
+    return Overloaded(f"{peer} is over its capacity; retry later", retry_after=int(retry_after) if retry_after.isdigit() else 1)
+
+
 class PeerFailed(Unavailable):
     """A peer answered a 5xx other than 503: it is up but failed this request
     deterministically (a bug, an input it cannot handle). Still a 503 at our

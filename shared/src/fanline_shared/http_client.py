@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import ssl
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 
 from . import http_local, metrics
-from .errors import OVERLOADED_HEADER, DomainError, Overloaded, Unavailable, from_status, status_of
+from .errors import OVERLOADED_HEADER, DomainError, Unavailable, from_status, peer_overloaded, status_of
 from .http_pool import Answer, ConnectionPool, PeerUnreachable, header_block
 from .internal_auth import CODE as INTERNAL_UNAUTHORIZED
 from .internal_auth import auth_headers
@@ -34,6 +34,7 @@ from .logs import REQUEST_ID_HEADER, current_request_id
 from .policies import PEER_REQUEST, RetryPolicy, retry
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # Sent by background callers (the fan-out worker) on requests that a service
@@ -160,25 +161,13 @@ class PeerClient:
             head = f"{method} {target} HTTP/1.1\r\n".encode("latin-1") + self._static + block + b"\r\n"
         else:
             pairs = self._static_pairs + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in dynamic.items()]
-        latency, errors = self._observers(operation)
 
-        async def once() -> Any:
-            started = time.perf_counter()
-            try:
-                if local is None:
-                    answer = await self._connections().request(head, body, self._timeout_s)
-                else:
-                    answer = await local.request(method, target, pairs, body, self._timeout_s)
-            except PeerUnreachable as exc:
-                errors.inc()
-                raise Unavailable(f"{self._peer} unavailable ({exc})") from None
-            finally:
-                latency.observe(time.perf_counter() - started)
-            return self._answer(answer, errors)
+        async def send() -> Answer:
+            if local is None:
+                return await self._connections().request(head, body, self._timeout_s)
+            return await local.request(method, target, pairs, body, self._timeout_s)
 
-        if policy is None:
-            return await once()
-        return await retry(policy, once)
+        return await self._attempts(operation, send, self._answer, policy)
 
     def offers(self, name: str) -> bool:
         """Whether the peer is hosted in this process and offers ``name`` as a
@@ -191,21 +180,38 @@ class PeerClient:
         a request to ``path``, the same answer, errors, retries and metrics."""
         local = self._in_process()
         assert local is not None
+
+        async def send() -> Any:
+            return await local.direct(name, self._prefix + path, self._timeout_s, *args)
+
+        return await self._attempts(operation, send, lambda answer, _: answer, policy)
+
+    async def _attempts(
+        self,
+        operation: str,
+        send: Callable[[], Awaitable[T]],
+        then: Callable[[T, Any], Any],
+        policy: RetryPolicy | None,
+    ) -> Any:
+        """``send()`` under ``policy`` (None: once), each attempt timed and its
+        failures counted (``operation``'s metrics): an unreachable peer is
+        ``Unavailable``, and ``then(result, errors)`` makes the answer."""
         latency, errors = self._observers(operation)
 
         async def once() -> Any:
             started = time.perf_counter()
             try:
-                return await local.direct(name, self._prefix + path, self._timeout_s, *args)
+                result = await send()
             except PeerUnreachable as exc:
                 errors.inc()
                 raise Unavailable(f"{self._peer} unavailable ({exc})") from None
-            except DomainError as exc:
+            except DomainError as exc:  # a plain call's error, as _answer counts a status
                 if status_of(exc) >= 500:
                     errors.inc()
                 raise
             finally:
                 latency.observe(time.perf_counter() - started)
+            return then(result, errors)
 
         if policy is None:
             return await once()
@@ -222,11 +228,7 @@ class PeerClient:
         if status == 503 and _OVERLOADED in answer.headers:
             # The peer's admission control refused it before any work.
             errors.inc()
-            retry_after = answer.headers.get("retry-after", "")
-            raise Overloaded(
-                f"{self._peer} is over its capacity; retry later",
-                retry_after=int(retry_after) if retry_after.isdigit() else 1,
-            )
+            raise peer_overloaded(self._peer, answer.headers.get("retry-after", ""))
         if status >= 400:
             if status >= 500:
                 errors.inc()

@@ -65,9 +65,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 from structlog.contextvars import bound_contextvars
 
-from . import metrics
-from .errors import OVERLOADED_HEADER, DomainError, Overloaded, from_status, status_of
+from .errors import OVERLOADED_HEADER, DomainError, from_status, peer_overloaded, status_of
 from .http_pool import Answer, PeerUnreachable
+from .http_routes import RouteMetrics
 from .internal_auth import presents, protected
 from .logs import REQUEST_ID_HEADER, new_request_id
 
@@ -102,6 +102,10 @@ class Direct:
     method: str
     template: str
     fn: Callable[..., Awaitable[Any]]
+    observed: RouteMetrics = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "observed", RouteMetrics(self.service, self.template))
 
 
 @dataclass(frozen=True)
@@ -199,7 +203,7 @@ class LocalPeer:
         async def refused(response: Response) -> Any:
             nonlocal shed
             shed = True  # counted by the gate, as over HTTP
-            raise _overloaded(call, response.headers.get("retry-after", ""))
+            raise peer_overloaded(call.service, response.headers.get("retry-after", ""))
 
         timer = asyncio.timeout(timeout_s)  # the wait for a slot included, as over HTTP
         try:
@@ -222,7 +226,7 @@ class LocalPeer:
             # As the route answers it and the caller rebuilds it from the answer.
             status = status_of(exc)
             if OVERLOADED_HEADER in (getattr(exc, "headers", None) or {}):
-                raise _overloaded(call, str(getattr(exc, "retry_after", ""))) from None
+                raise peer_overloaded(call.service, str(getattr(exc, "retry_after", ""))) from None
             raise from_status(status, exc.code, exc.message) from None
         except Exception:
             log.exception("hosted service %s failed on %s %s", call.service, call.method, path)
@@ -230,7 +234,7 @@ class LocalPeer:
             raise from_status(500, "internal", "internal error") from None
         finally:
             if status:
-                _record(call, status, time.perf_counter() - started)
+                call.observed.record(call.method, status, time.perf_counter() - started)
 
     async def _run(self, scope: dict[str, Any], exchange: _Exchange) -> Answer:
         try:
@@ -301,27 +305,6 @@ class LocalPeer:
 
 
 _REQUEST_ID = REQUEST_ID_HEADER.encode()
-_ROUTE_METRICS: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}  # label children, resolved once
-
-
-def _overloaded(call: Direct, retry_after: str) -> Overloaded:
-    """The error a caller over HTTP makes of a shed answer (``http_client``)."""
-    return Overloaded(
-        f"{call.service} is over its capacity; retry later", retry_after=int(retry_after) if retry_after.isdigit() else 1
-    )
-
-
-def _record(call: Direct, status: int, elapsed: float) -> None:
-    """The route's metrics (``http_routes.route``) for a plain call."""
-    key = (call.service, call.method, call.template, status)
-    children = _ROUTE_METRICS.get(key)
-    if children is None:
-        children = _ROUTE_METRICS[key] = (
-            metrics.HTTP_LATENCY.labels(call.service, call.method, call.template),
-            metrics.HTTP_REQUESTS.labels(call.service, call.method, call.template, str(status)),
-        )
-    children[0].observe(elapsed)
-    children[1].inc()
 
 
 def _answer_of(response: Response) -> Answer:

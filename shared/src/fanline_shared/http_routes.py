@@ -46,6 +46,30 @@ def error_response(error: DomainError) -> Response:
     return json_response(error_body(error.code, error.message), status, headers)
 
 
+class RouteMetrics:
+    """The HTTP metrics of one route of ``service`` (``template``: its path
+    template), with their label children resolved once per method and status
+    (``labels()`` validates and locks on every call). Recorded by ``route``'s
+    handlers and by the plain calls that stand for them (``http_local.Direct``)."""
+
+    def __init__(self, service: str, template: str) -> None:
+        self._service, self._template = service, template
+        self._latency: dict[str, Any] = {}
+        self._counts: dict[tuple[str, int], Any] = {}
+
+    def record(self, method: str, status: int, elapsed: float) -> None:
+        observer = self._latency.get(method)
+        if observer is None:
+            observer = self._latency[method] = metrics.HTTP_LATENCY.labels(self._service, method, self._template)
+        observer.observe(elapsed)
+        counter = self._counts.get((method, status))
+        if counter is None:
+            counter = self._counts[method, status] = metrics.HTTP_REQUESTS.labels(
+                self._service, method, self._template, str(status)
+            )
+        counter.inc()
+
+
 def route(service: str, path: str, handler: Handler, methods: list[str], name: str | None = None) -> Route:
     """A Starlette route whose handler is timed, counted and error-mapped.
 
@@ -53,8 +77,7 @@ def route(service: str, path: str, handler: Handler, methods: list[str], name: s
     their label children are resolved once per method (and status), not per
     request (``labels()`` validates and locks on every call).
     """
-    latency: dict[str, Any] = {}
-    counts: dict[tuple[str, int], Any] = {}
+    observed = RouteMetrics(service, path)
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
@@ -70,16 +93,7 @@ def route(service: str, path: str, handler: Handler, methods: list[str], name: s
         except Exception:
             log.exception("unhandled error on %s %s", request.method, path)
             response = json_response(error_body("internal", "internal error"), 500)
-        elapsed = time.perf_counter() - started
-        method, status = request.method, response.status_code
-        observer = latency.get(method)
-        if observer is None:
-            observer = latency[method] = metrics.HTTP_LATENCY.labels(service, method, path)
-        observer.observe(elapsed)
-        counter = counts.get((method, status))
-        if counter is None:
-            counter = counts[method, status] = metrics.HTTP_REQUESTS.labels(service, method, path, str(status))
-        counter.inc()
+        observed.record(request.method, response.status_code, time.perf_counter() - started)
         return response
 
     return Route(path, endpoint, methods=methods, name=name)

@@ -92,7 +92,7 @@ class _Watchdog(threading.Thread):
     def run(self) -> None:
         policy = self._policy
         while not self._loop.is_closed():
-            time.sleep(policy.check_s)
+            time.sleep(policy.check_s)  # this thread's own wait, never the loop's
             last = self._last
             blocked = time.monotonic() - last - policy.interval_s
             if blocked < policy.report_s or last == self._reported:
